@@ -1,0 +1,24 @@
+"""Agents: who acts. ``Agent`` is the protocol; ``RandomAgent``, ``OracleAgent`` and ``LLMAgent`` are ready.
+
+Example:
+    >>> from agents import Agent, RandomAgent
+    >>> isinstance(RandomAgent(), Agent)
+    True
+"""
+
+from __future__ import annotations
+
+from .base import Agent
+from .oracle import OracleAgent
+from .random_agent import RandomAgent
+
+__all__ = ["Agent", "LLMAgent", "OracleAgent", "RandomAgent"]
+
+
+def __getattr__(name: str):
+    # The LLM agent imports torch and transformers: load them only when it is asked for.
+    if name == "LLMAgent":
+        from .llm import LLMAgent
+
+        return LLMAgent
+    raise AttributeError(f"module 'agents' has no attribute {name!r}")

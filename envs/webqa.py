@@ -1,0 +1,599 @@
+"""``mosaic/WebQA-v0``: BrowseComp-style question answering over an offline website, across sessions.
+
+The env owns every session's context. An action is the model's raw text; the env parses one tool call from
+it (:mod:`envs.actions`), runs it, and returns the context of the session that acts next. ``compact(summary)``
+ends the session and starts a new one holding only the system prompt, the task and the summary;
+``fork(task)`` starts a child session with a fresh context, whose ``finish(result)`` hands the result back
+to the waiting parent. Every step of every session counts against one budget ``max_steps``.
+
+Example:
+    >>> import gymnasium as gym, envs
+    >>> env = gym.make("mosaic/WebQA-v0", site_size=120, max_steps=20)
+    >>> obs, info = env.reset(seed=0)
+    >>> obs, reward, terminated, truncated, info = env.step('search("a question")')
+    >>> info["steps_used"], info["session_kind"]
+    (1, 'root')
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import functools
+import inspect
+import re
+import urllib.parse
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import gymnasium as gym
+import numpy as np
+
+from .actions import TOOL_ARGS, Action, ActionError, format_action, parse_action
+from .backends import Backend, make_backend
+from .prompts import ROLE_TAG, budget_note, render_transcript, system_prompt, task_message
+from .spaces import AnyText
+from .tokens import TokenCounter, approx_tokens
+from .web.browser import CHUNK_TOKENS, PageView
+from .web.site import Site, Task, load_site, normalize_answer
+
+OVERFLOW_POLICIES = ("force_compact", "truncate", "terminate")
+MAX_ANSWER_CANDIDATES = 8
+_THINK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL)
+
+
+@dataclass
+class Session:
+    """One context window: its messages, its place in the session tree, and its browser state."""
+
+    id: int
+    parent: int | None
+    kind: str
+    depth: int
+    messages: list[dict[str, str]]
+    text: str
+    tokens: int
+    steps: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    handoff: str | None = None
+    fork_task: str | None = None
+    page: PageView | None = None
+    chunk: int = 0
+    mentions: dict[str, str] = field(default_factory=dict)
+    pages_read: list[str] = field(default_factory=list)
+    must_compact: bool = False
+
+    def copy(self) -> "Session":
+        # Messages are never mutated once appended and views are immutable, so shallow copies suffice.
+        return Session(**{**self.__dict__, "messages": list(self.messages), "mentions": dict(self.mentions),
+                          "pages_read": list(self.pages_read)})
+
+
+@dataclass
+class EpisodeState:
+    """Everything that changes within an episode; :meth:`WebQAEnv.snapshot` copies it."""
+
+    task: Task
+    max_steps: int
+    sessions: list[Session]
+    stack: list[int]
+    steps_used: int = 0
+    done: bool = False
+    final_answer: str | None = None
+    success: bool = False
+    answered_forks: list[str] = field(default_factory=list)
+
+    def copy(self) -> "EpisodeState":
+        return EpisodeState(
+            task=self.task, max_steps=self.max_steps, sessions=[s.copy() for s in self.sessions],
+            stack=list(self.stack), steps_used=self.steps_used, done=self.done, final_answer=self.final_answer,
+            success=self.success, answered_forks=list(self.answered_forks),
+        )
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A picklable mid-episode state; ``reset(options={"snapshot": s})`` resumes from it exactly."""
+
+    state: EpisodeState
+    rng_state: dict
+
+
+class WebQAEnv(gym.Env[str, str]):
+    """Multi-session web question answering. See the module docstring and ``CONTRACT.md`` for the API.
+
+    Args:
+        site: ``"builtin"`` (generated from ``site_seed``/``site_size``), a corpus path, or a ``Site``.
+        site_seed: which builtin site.
+        site_size: how many entities the builtin site has.
+        split: ``"train"`` or ``"test"`` tasks (disjoint), or ``"all"``.
+        hops: difficulty filter: an int or an inclusive ``(lo, hi)`` range; ``None`` for every task.
+        max_steps: the step budget T over all sessions: an int, a ``(lo, hi)`` range or a list of ints,
+            sampled at reset from the env's own ``np_random``; ``reset(options={"max_steps": T})`` overrides.
+        session_max_tokens: a session's context window, in tokens of ``token_counter``.
+        overflow: past the window: ``"force_compact"`` (ask the agent for a summary; its reply becomes it),
+            ``"truncate"`` or ``"terminate"`` the episode.
+        max_sessions: most sessions in one episode; more truncates (reason ``"max_sessions"``).
+        max_fork_depth: deepest fork; a deeper one truncates (reason ``"max_fork_depth"``).
+        show_budget: tell the agent the steps left in every tool result.
+        backend: ``"text"`` (fast, default) or ``"playwright"`` (real Chromium).
+        candidates: put ``info["candidates"]``: valid complete actions for this state.
+        allow_compact, allow_fork: which multi-session tools exist (the registered variants set these).
+        token_counter: ``Callable[[str], int]`` counting tokens (default: about 4 characters a token).
+        chunk_tokens: how much of a page one ``open``/``scroll`` shows.
+        render_mode: ``"ansi"`` or ``None``.
+    """
+
+    metadata = {"render_modes": ["ansi"]}
+
+    def __init__(
+        self,
+        site: str | Site = "builtin",
+        site_seed: int = 0,
+        site_size: int = 2000,
+        split: str = "train",
+        hops: int | tuple[int, int] | None = None,
+        max_steps: int | tuple[int, int] | Sequence[int] = 64,
+        session_max_tokens: int = 4096,
+        overflow: str = "force_compact",
+        max_sessions: int = 16,
+        max_fork_depth: int = 2,
+        show_budget: bool = True,
+        backend: str = "text",
+        candidates: bool = False,
+        allow_compact: bool = True,
+        allow_fork: bool = True,
+        token_counter: TokenCounter | None = None,
+        chunk_tokens: int = CHUNK_TOKENS,
+        render_mode: str | None = None,
+        **unknown: Any,
+    ):
+        if unknown:
+            raise TypeError(_unknown_kwargs_message(unknown))
+        if overflow not in OVERFLOW_POLICIES:
+            raise ValueError(f"overflow={overflow!r} is unknown: use one of {OVERFLOW_POLICIES}")
+        if split not in ("train", "test", "all"):
+            raise ValueError(f"split={split!r} is unknown: use 'train', 'test' or 'all'")
+        if render_mode not in (None, "ansi"):
+            raise ValueError(f"render_mode={render_mode!r} is not supported: use 'ansi' or None")
+        for name, value in (("session_max_tokens", session_max_tokens), ("max_sessions", max_sessions),
+                            ("chunk_tokens", chunk_tokens)):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if not isinstance(max_fork_depth, int) or max_fork_depth < 0:
+            raise ValueError(f"max_fork_depth must be an int >= 0, got {max_fork_depth!r}")
+        self._budget_spec = _check_budget(max_steps)
+        self.site = load_site(site, site_seed=site_seed, site_size=site_size)
+        self.tasks = self.site.tasks_for(None if split == "all" else split, hops)
+        if not self.tasks:
+            available = sorted({t.hops for t in self.site.tasks_for(None if split == "all" else split)})
+            raise ValueError(f"no {split!r} task has hops={hops!r} on this site; available hops: {available}")
+        self.session_max_tokens = session_max_tokens
+        self.overflow = overflow
+        self.max_sessions = max_sessions
+        self.max_fork_depth = max_fork_depth
+        self.show_budget = show_budget
+        self.candidates = candidates
+        self.allow_compact = allow_compact
+        self.allow_fork = allow_fork
+        self.count_tokens: TokenCounter = token_counter or approx_tokens
+        self.render_mode = render_mode
+        self.tools = [t for t in TOOL_ARGS if (t != "compact" or allow_compact)
+                      and (t not in ("fork", "finish") or allow_fork)]
+        self._system = system_prompt(self.tools)
+        self.backend: Backend = make_backend(backend, self.site, chunk_tokens)
+        # Pages are shown again and again: remember what each shown text mentions.
+        self._mentions = functools.lru_cache(maxsize=65_536)(self.site.mentions)
+        self.observation_space = AnyText()
+        self.action_space = AnyText()
+        self.state: EpisodeState | None = None
+
+    # ------------------------------------------------------------------------------------------------
+    # Gymnasium API
+    # ------------------------------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        options = dict(options or {})
+        unknown = set(options) - {"task_id", "max_steps", "snapshot"}
+        if unknown:
+            raise ValueError(f"unknown reset options {sorted(unknown)}: use task_id, max_steps or snapshot")
+        self.backend.new_episode()
+        if options.get("snapshot") is not None:
+            snap = options["snapshot"]
+            if not isinstance(snap, Snapshot):
+                raise TypeError("options['snapshot'] must come from env.unwrapped.snapshot()")
+            self.state = snap.state.copy()
+            self.np_random.bit_generator.state = copy.deepcopy(snap.rng_state)
+            return self._observation(), self._info(acted=None, error=None)
+        if options.get("task_id") is not None:
+            task = self.site.task(options["task_id"])
+        else:
+            task = self.tasks[int(self.np_random.integers(len(self.tasks)))]
+        if options.get("max_steps") is not None:
+            max_steps = options["max_steps"]
+            if not isinstance(max_steps, (int, np.integer)) or max_steps < 1:
+                raise ValueError(f"options['max_steps'] must be a positive int, got {max_steps!r}")
+            max_steps = int(max_steps)
+        else:
+            max_steps = self._sample_budget()
+        self.state = EpisodeState(task=task, max_steps=max_steps, sessions=[], stack=[])
+        root = self._new_session(parent=None, kind="root", depth=0, opening=task_message(task.question))
+        self.state.stack.append(root.id)
+        return self._observation(), self._info(acted=None, error=None)
+
+    def step(self, action: str):
+        state = self.state
+        if state is None:
+            raise RuntimeError("call reset() before step()")
+        if state.done:
+            raise RuntimeError("the episode has ended; call reset() to start another")
+        session = state.sessions[state.stack[-1]]
+        state.steps_used += 1
+        session.steps += 1
+        text = action if isinstance(action, str) else repr(action)
+        self._append(session, "assistant", text, out=True)
+        reward, terminated, truncation = 0.0, False, None
+        error: str | None = None
+        try:
+            parsed = self._forced_compaction(text) if session.must_compact else parse_action(action)
+            reward, terminated, truncation = self._execute(session, parsed)
+        except ActionError as err:
+            error = str(err)
+            self._tool_result(session, f"Error: {error}")
+        if not terminated and truncation is None:
+            truncation = self._check_limits()
+        info = self._info(acted=session, error=error)
+        if truncation == "context_overflow" and self.overflow == "terminate":
+            terminated, truncation = True, None
+            info["termination_reason"] = "context_overflow"
+        if terminated or truncation is not None:
+            state.done = True
+            if truncation is not None:
+                info["truncation_reason"] = truncation
+            info["trajectory"] = self.trajectory()
+        return self._observation(), reward, terminated, truncation is not None, info
+
+    def render(self) -> str | None:
+        if self.render_mode != "ansi" or self.state is None:
+            return None
+        s = self.state.sessions[self.state.stack[-1]]
+        header = (f"[task {self.state.task.id} | session {s.id} ({s.kind}, depth {s.depth}) | "
+                  f"step {self.state.steps_used}/{self.state.max_steps} | {s.tokens} tokens]\n")
+        return header + self._observation()
+
+    def close(self) -> None:
+        self.backend.close()
+
+    # ------------------------------------------------------------------------------------------------
+    # Snapshots and the session tree
+    # ------------------------------------------------------------------------------------------------
+    def snapshot(self) -> Snapshot:
+        """A picklable copy of the episode so far; ``reset(options={"snapshot": s})`` resumes from it."""
+        if self.state is None:
+            raise RuntimeError("call reset() before snapshot()")
+        return Snapshot(self.state.copy(), copy.deepcopy(self.np_random.bit_generator.state))
+
+    def trajectory(self) -> dict[str, Any]:
+        """Success, answers and the session tree of the episode so far."""
+        state = self._require_state()
+        return {
+            "task_id": state.task.id,
+            "success": state.success,
+            "answer": state.final_answer,
+            "gold_answer": state.task.answer,
+            "steps_used": state.steps_used,
+            "max_steps": state.max_steps,
+            "sessions": [
+                {"id": s.id, "parent": s.parent, "kind": s.kind, "depth": s.depth, "steps": s.steps,
+                 "handoff": s.handoff, "tokens_in": s.tokens_in, "tokens_out": s.tokens_out,
+                 "context_tokens": s.tokens}
+                for s in state.sessions
+            ],
+        }
+
+    # ------------------------------------------------------------------------------------------------
+    # Executing one tool call
+    # ------------------------------------------------------------------------------------------------
+    def _execute(self, session: Session, action: Action) -> tuple[float, bool, str | None]:
+        name, arg = action.name, action.arg
+        if name not in self.tools:
+            raise ActionError(f"{name} is not available in this environment; the tools are {', '.join(self.tools)}")
+        if name == "search":
+            self._show_page(session, self.site.search_url(str(arg)), what="Search results")
+        elif name == "open":
+            self._show_page(session, self._resolve_target(session, arg), what="Page")
+        elif name == "scroll":
+            self._scroll(session, str(arg))
+        elif name == "find":
+            self._find(session, str(arg))
+        elif name == "answer":
+            if session.depth > 0:
+                raise ActionError("a subagent returns its result with finish(result); answer() is for the root")
+            return self._answer(session, str(arg))
+        elif name == "compact":
+            return 0.0, False, self._compact(session, str(arg))
+        elif name == "fork":
+            return 0.0, False, self._fork(session, str(arg))
+        elif name == "finish":
+            self._finish(session, str(arg))
+        return 0.0, False, None
+
+    def _answer(self, session: Session, text: str) -> tuple[float, bool, None]:
+        state = self._require_state()
+        task = state.task
+        accepted = {normalize_answer(a) for a in (task.answer, *task.aliases)}
+        state.final_answer = text
+        state.success = normalize_answer(text) in accepted
+        session.handoff = text
+        self._tool_result(session, "Answer submitted.", budget=False)
+        return (1.0 if state.success else 0.0), True, None
+
+    def _resolve_target(self, session: Session, target: str | int) -> str:
+        if isinstance(target, int):
+            if session.page is None:
+                raise ActionError(f"there is no page open to take link {target} from; search or open a path first")
+            links = session.page.links
+            if target > len(links):
+                raise ActionError(f"there is no link {target} on this page (it has {len(links)})")
+            url = links[target - 1].url
+        else:
+            url = target.strip()
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme in ("http", "https") and parts.netloc:
+            raise ActionError(f"{url} is outside this website; only its own pages can be opened")
+        if parts.scheme or not url.startswith("/"):
+            url = "/" + url.lstrip("/")
+        return url
+
+    def _show_page(self, session: Session, url: str, what: str) -> None:
+        view = self.backend.view(url)
+        if view is None:
+            raise ActionError(f"there is no page at {url}")
+        session.page, session.chunk = view, 0
+        session.pages_read.append(view.title)
+        self._tool_result(session, self._chunk_text(view, 0, what), mentions_of=view.chunks[0] if view.chunks else "")
+
+    def _chunk_text(self, view: PageView, index: int, what: str = "Page") -> str:
+        body = view.chunks[index] if view.chunks else "(this page is empty)"
+        more = " Scroll down for more." if index + 1 < len(view.chunks) else ""
+        return f"[{what}: {view.title} | {view.url} | part {index + 1} of {max(1, len(view.chunks))}.{more}]\n{body}"
+
+    def _scroll(self, session: Session, direction: str) -> None:
+        view = session.page
+        if view is None:
+            raise ActionError("no page is open; search or open one first")
+        index = session.chunk + (1 if direction == "down" else -1)
+        if not 0 <= index < len(view.chunks):
+            raise ActionError(f"already at the {'end' if direction == 'down' else 'top'} of {view.title}")
+        session.chunk = index
+        self._tool_result(session, self._chunk_text(view, index), mentions_of=view.chunks[index])
+
+    def _find(self, session: Session, text: str) -> None:
+        view = session.page
+        if view is None:
+            raise ActionError("no page is open; search or open one first")
+        passages = view.find(text)
+        if not passages:
+            self._tool_result(session, f"[Find {text!r} in {view.title}: no passage contains it.]")
+            return
+        body = "\n".join(f"- {p}" for p in passages[:10])
+        self._tool_result(session, f"[Find {text!r} in {view.title}: {len(passages)} passages]\n{body}", mentions_of=body)
+
+    def _compact(self, session: Session, summary: str) -> str | None:
+        state = self._require_state()
+        summary = self._cap_handoff(summary)
+        session.handoff = summary
+        session.must_compact = False
+        if len(state.sessions) >= self.max_sessions:
+            return "max_sessions"
+        opening = task_message(state.task.question, summary=summary) if session.fork_task is None else (
+            task_message(state.task.question, fork_task=session.fork_task)
+            + f"\nYour earlier context was compacted. Your summary of it:\n{summary}")
+        new = self._new_session(parent=session.id, kind="compact", depth=session.depth, opening=opening,
+                                fork_task=session.fork_task)
+        state.stack[-1] = new.id
+        return None
+
+    def _fork(self, session: Session, task: str) -> str | None:
+        state = self._require_state()
+        if session.depth + 1 > self.max_fork_depth:
+            return "max_fork_depth"
+        if len(state.sessions) >= self.max_sessions:
+            return "max_sessions"
+        child = self._new_session(parent=session.id, kind="fork", depth=session.depth + 1,
+                                  opening=task_message(state.task.question, fork_task=task), fork_task=task)
+        state.stack.append(child.id)
+        return None
+
+    def _finish(self, session: Session, result: str) -> None:
+        state = self._require_state()
+        if session.depth == 0:
+            raise ActionError("finish() returns a subagent's result; the root agent ends with answer(text)")
+        result = self._cap_handoff(result)
+        session.handoff = result
+        state.stack.pop()
+        parent = state.sessions[state.stack[-1]]
+        state.answered_forks.append(session.fork_task or "")
+        self._tool_result(parent, f"[Subagent result for {session.fork_task!r}]\n{result}", mentions_of=result)
+
+    def _forced_compaction(self, text: str) -> Action:
+        """The reply to a full context is its summary: a compact() call's argument, or the reply itself."""
+        try:
+            action = parse_action(text)
+            if action.name == "compact":
+                return action
+        except ActionError:
+            pass
+        return Action("compact", _THINK.sub(" ", text).strip())
+
+    def _cap_handoff(self, text: str) -> str:
+        """A summary or result longer than half a window is cut, so the next session can start."""
+        limit = self.session_max_tokens // 2
+        tokens = self.count_tokens(text)
+        if tokens <= limit:
+            return text
+        return text[: max(0, len(text) * limit // tokens - 40)] + " [cut: longer than half a context window]"
+
+    # ------------------------------------------------------------------------------------------------
+    # Contexts
+    # ------------------------------------------------------------------------------------------------
+    def _new_session(self, parent: int | None, kind: str, depth: int, opening: str,
+                     fork_task: str | None = None) -> Session:
+        state = self._require_state()
+        sid = len(state.sessions)
+        session = Session(id=sid, parent=parent, kind=kind, depth=depth, messages=[], text="", tokens=0,
+                          fork_task=fork_task)
+        state.sessions.append(session)
+        self._append(session, "system", self._system)
+        if self.show_budget:
+            opening += "\n" + budget_note(state.max_steps - state.steps_used)
+        self._append(session, "user", opening, mentions_of=opening)
+        return session
+
+    def _append(self, session: Session, role: str, content: str, out: bool = False, mentions_of: str = "") -> None:
+        piece = f"{ROLE_TAG[role]}\n{content}\n"
+        tokens = self.count_tokens(piece)
+        session.messages.append({"role": role, "content": content})
+        session.text += piece
+        session.tokens += tokens
+        if out:
+            session.tokens_out += tokens
+        elif role == "user":
+            session.tokens_in += tokens
+        if mentions_of:
+            for value, kind in self._mentions(mentions_of):
+                session.mentions.setdefault(value, kind)
+
+    def _tool_result(self, session: Session, text: str, mentions_of: str = "", budget: bool = True) -> None:
+        state = self._require_state()
+        if budget and self.show_budget:
+            text += "\n" + budget_note(state.max_steps - state.steps_used)
+        self._append(session, "user", text, mentions_of=mentions_of)
+
+    def _check_limits(self) -> str | None:
+        """After a step: the budget, then the context window of the session that acts next."""
+        state = self._require_state()
+        if state.steps_used >= state.max_steps:
+            return "max_steps"
+        session = state.sessions[state.stack[-1]]
+        if session.tokens <= self.session_max_tokens or session.must_compact:
+            return None
+        if self.overflow == "force_compact" and self.allow_compact:
+            session.must_compact = True
+            self._append(session, "user", f"[Context full: {session.tokens} of {self.session_max_tokens} tokens. "
+                         "Reply with compact(summary) now, writing down everything you will still need.]")
+            return None
+        return "context_overflow"
+
+    def _observation(self) -> str:
+        state = self._require_state()
+        return state.sessions[state.stack[-1]].text + ROLE_TAG["assistant"] + "\n"
+
+    def _info(self, acted: Session | None, error: str | None) -> dict[str, Any]:
+        state = self._require_state()
+        s = state.sessions[state.stack[-1]]
+        info: dict[str, Any] = {
+            "task_id": state.task.id,
+            "session_id": s.id,
+            "acted_session_id": acted.id if acted is not None else None,
+            "session_kind": s.kind,
+            "parent_id": s.parent,
+            "session_task": s.fork_task if s.fork_task is not None else state.task.question,
+            "depth": s.depth,
+            "steps_used": state.steps_used,
+            "steps_left": state.max_steps - state.steps_used,
+            "max_steps": state.max_steps,
+            "num_sessions": len(state.sessions),
+            "context_tokens": s.tokens,
+            "messages": list(s.messages),
+            "action_error": error,
+        }
+        if self.candidates:
+            info["candidates"] = self.candidate_actions()
+        return info
+
+    def _require_state(self) -> EpisodeState:
+        if self.state is None:
+            raise RuntimeError("call reset() first")
+        return self.state
+
+    def _sample_budget(self) -> int:
+        spec = self._budget_spec
+        if isinstance(spec, int):
+            return spec
+        if isinstance(spec, tuple):
+            return int(self.np_random.integers(spec[0], spec[1] + 1))
+        return int(spec[int(self.np_random.integers(len(spec)))])
+
+    # ------------------------------------------------------------------------------------------------
+    # Candidates: valid complete actions that reveal nothing the agent has not seen
+    # ------------------------------------------------------------------------------------------------
+    def candidate_actions(self) -> list[str]:
+        """Valid complete actions for the session that acts next, in a deterministic order.
+
+        Searches for the names the question mentions, the links of the part of the page on screen, scrolls,
+        a compact with notes, forks of the question's independent sub-questions, and answers (or a
+        subagent's finish) drawn only from values the session's own context mentions.
+        """
+        state = self._require_state()
+        s = state.sessions[state.stack[-1]]
+        task = self._task_of(s)
+        if s.must_compact:
+            return [format_action("compact", self._notes(s))]
+        out = [format_action("search", q) for q in task.search_queries]
+        if s.page is not None:
+            visible = s.page.chunks[s.chunk] if s.page.chunks else ""
+            out += [format_action("open", link.number) for link in s.page.links if f"[{link.number}]" in visible]
+            if s.chunk + 1 < len(s.page.chunks):
+                out.append(format_action("scroll", "down"))
+            if s.chunk > 0:
+                out.append(format_action("scroll", "up"))
+        if self.allow_compact and s.steps > 0:
+            out.append(format_action("compact", self._notes(s)))
+        if self.allow_fork and s.depth < self.max_fork_depth and s.fork_task is None:
+            out += [format_action("fork", sub.question) for sub in state.task.subtasks
+                    if sub.question not in state.answered_forks]
+        final = "finish" if s.depth > 0 else "answer"
+        kind = task.answer_kind
+        values = [v for v, k in s.mentions.items() if kind in ("text", k)]
+        out += [format_action(final, v) for v in values[-MAX_ANSWER_CANDIDATES:]]
+        return list(dict.fromkeys(out))
+
+    def _task_of(self, session: Session) -> Task:
+        state = self._require_state()
+        if session.fork_task is not None:
+            for sub in state.task.subtasks:
+                if sub.question == session.fork_task:
+                    return sub
+        return state.task
+
+    def _notes(self, session: Session) -> str:
+        """A compaction summary built from what the session has seen: pages read and values met."""
+        pages = ", ".join(dict.fromkeys(session.pages_read)) or "none"
+        values = ", ".join(list(session.mentions)[-12:]) or "none"
+        return f"Pages read: {pages}. Values seen: {values}."
+
+
+def _check_budget(spec: Any) -> int | tuple[int, int] | tuple[int, ...]:
+    if isinstance(spec, (int, np.integer)) and not isinstance(spec, bool):
+        if spec < 1:
+            raise ValueError(f"max_steps must be >= 1, got {spec}")
+        return int(spec)
+    if isinstance(spec, tuple) and len(spec) == 2 and all(isinstance(v, (int, np.integer)) for v in spec):
+        lo, hi = int(spec[0]), int(spec[1])
+        if not 1 <= lo <= hi:
+            raise ValueError(f"max_steps range must be (lo, hi) with 1 <= lo <= hi, got {spec}")
+        return lo, hi
+    if isinstance(spec, (list, tuple)) and spec and all(isinstance(v, (int, np.integer)) and v >= 1 for v in spec):
+        return tuple(int(v) for v in spec)
+    raise ValueError(f"max_steps must be an int, a (lo, hi) range or a list of ints, got {spec!r}")
+
+
+def _unknown_kwargs_message(unknown: dict[str, Any]) -> str:
+    known = [p for p in inspect.signature(WebQAEnv.__init__).parameters if p not in ("self", "unknown")]
+    parts = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, known, n=1)
+        parts.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    return f"unknown WebQAEnv argument {', '.join(parts)}; the arguments are: {', '.join(known)}"
