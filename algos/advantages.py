@@ -42,7 +42,8 @@ def _finite_vector(values: ArrayLike, name: str) -> np.ndarray:
     if array.ndim != 1:
         raise ValueError(f"{name} must be a 1-D array, got shape {array.shape}")
     if not np.all(np.isfinite(array)):
-        raise ValueError(f"{name} must be finite, got {array.tolist()}")
+        bad = np.flatnonzero(~np.isfinite(array))
+        raise ValueError(f"{name} must be finite; entries {bad.tolist()} are {array[bad].tolist()}")
     return array
 
 
@@ -61,8 +62,11 @@ def _session_traj(session_traj: ArrayLike, group_size: int) -> np.ndarray:
     if array.size and not np.issubdtype(array.dtype, np.integer):
         raise ValueError(f"session_traj must hold integer trajectory indices, got dtype {array.dtype}")
     array = array.astype(np.int64)
-    if np.any((array < 0) | (array >= group_size)):
-        raise ValueError(f"session_traj entries must lie in [0, {group_size}) (one per trajectory), got {array.tolist()}")
+    outside = (array < 0) | (array >= group_size)
+    if np.any(outside):
+        raise ValueError(
+            f"session_traj entries must index the {group_size} trajectories of rewards, got {array[outside].tolist()}"
+        )
     missing = np.setdiff1d(np.arange(group_size), array)
     if missing.size:
         raise ValueError(f"session_traj must give every trajectory at least one session; none for {missing.tolist()}")

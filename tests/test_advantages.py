@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import doctest
 import math
 
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import algos.advantages
 from algos.advantages import (
     broadcast,
     compaction_chain_contributions,
@@ -222,3 +224,7 @@ def test_estimators_do_not_modify_their_inputs():
 def test_bad_input_raises_a_value_error_naming_the_argument(call, named):
     with pytest.raises(ValueError, match=named):
         call()
+
+
+def test_docstring_examples_run():
+    assert doctest.testmod(algos.advantages).failed == 0

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import doctest
 import math
 from collections import Counter
 
 import numpy as np
 import pytest
 
+import algos.budgets
 from algos.budgets import (
     BudgetSampler,
     FixedBudget,
@@ -18,7 +20,7 @@ from algos.budgets import (
 )
 
 # Upper 0.1% points of the chi-square distribution (from tables), by degrees of freedom.
-CHI2_CRITICAL_0_001 = {2: 13.816, 3: 16.266, 60: 99.607}
+CHI2_CRITICAL_0_001 = {2: 13.816, 60: 99.607}
 
 
 def chi_square(draws: list[int], probabilities: dict[int, float]) -> float:
@@ -132,3 +134,7 @@ def test_parse_budgets_rejects_malformed_specs_naming_the_accepted_forms(spec):
     with pytest.raises(ValueError, match="accepted forms") as error:
         parse_budgets(spec)
     assert "log:4-64" in str(error.value) and "schedule:0=8,100=16" in str(error.value)
+
+
+def test_docstring_examples_run():
+    assert doctest.testmod(algos.budgets).failed == 0
