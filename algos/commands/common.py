@@ -1,0 +1,80 @@
+"""What the subcommands share: env arguments, building the env, and building an agent from a name."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+import gymnasium as gym
+
+import envs  # noqa: F401  (registers the environments)
+
+
+def add_env_args(p: argparse.ArgumentParser, env_id: str = "mosaic/WebQA-v0", hops: str | None = None,
+                 site_size: int = 2000) -> None:
+    """The env options every subcommand takes."""
+    g = p.add_argument_group("environment")
+    g.add_argument("--env", default=env_id, choices=sorted(envs.VARIANTS), help="environment id")
+    g.add_argument("--site", default="builtin", help="'builtin' or a corpus folder (see README)")
+    g.add_argument("--site-seed", type=int, default=0, help="which builtin site")
+    g.add_argument("--site-size", type=int, default=site_size, help="entities of the builtin site")
+    g.add_argument("--split", default="test", choices=["train", "test", "all"], help="task split")
+    g.add_argument("--hops", default=hops, help="difficulty: N or LO-HI (default: every task)")
+    g.add_argument("--max-steps", type=int, default=None, help="step budget T (default: the env's)")
+    g.add_argument("--session-max-tokens", type=int, default=None, help="context window of a session")
+    g.add_argument("--backend", default="text", choices=["text", "playwright"], help="browser backend")
+    g.add_argument("--env-kwargs", default="{}", help='more env kwargs as JSON, e.g. \'{"show_budget": false}\'')
+
+
+def env_kwargs(args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
+    """The ``gym.make`` kwargs the env arguments ask for."""
+    kwargs: dict[str, Any] = {"site": args.site, "site_seed": args.site_seed, "site_size": args.site_size,
+                              "split": args.split, "backend": args.backend}
+    if args.hops:
+        kwargs["hops"] = parse_hops(args.hops)
+    if args.max_steps is not None:
+        kwargs["max_steps"] = args.max_steps
+    if args.session_max_tokens is not None:
+        kwargs["session_max_tokens"] = args.session_max_tokens
+    try:
+        more = json.loads(args.env_kwargs)
+    except json.JSONDecodeError as err:
+        raise SystemExit(f"--env-kwargs is not valid JSON ({err}); example: '{{\"show_budget\": false}}'")
+    kwargs.update(more)
+    kwargs.update(extra)
+    return kwargs
+
+
+def make_env(args: argparse.Namespace, **extra: Any) -> gym.Env:
+    return gym.make(args.env, **env_kwargs(args, **extra))
+
+
+def parse_hops(text: str) -> int | tuple[int, int]:
+    """``"2"`` -> 2, ``"1-3"`` -> (1, 3)."""
+    try:
+        if "-" in text:
+            lo, hi = text.split("-", 1)
+            return int(lo), int(hi)
+        return int(text)
+    except ValueError:
+        raise SystemExit(f"--hops {text!r}: use a number (2) or a range (1-3)") from None
+
+
+def build_agent(args: argparse.Namespace, env: gym.Env):
+    """``oracle`` / ``random`` / a model spec (``tiny-1m``, ``smollm2``, a folder, a checkpoint) -> an Agent."""
+    from agents import OracleAgent, RandomAgent
+
+    name = args.agent
+    if name == "oracle":
+        return OracleAgent(env, compact_at=getattr(args, "compact_at", None), fork=getattr(args, "fork", False),
+                           error_rate=getattr(args, "error_rate", 0.0), seed=getattr(args, "seed", 0))
+    if name == "random":
+        return RandomAgent(seed=getattr(args, "seed", 0))
+    from agents.llm import LLMAgent
+    from agents.models import load_model
+
+    model, tokenizer = load_model(name)
+    mode = getattr(args, "mode", "generate")
+    return LLMAgent(model, tokenizer, mode=mode, temperature=getattr(args, "temperature", 1.0),
+                    seed=getattr(args, "seed", 0))

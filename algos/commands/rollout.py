@@ -1,0 +1,61 @@
+"""``mosaic rollout``: run one agent for a few episodes and print what happened, step by step."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from .common import add_env_args, build_agent, make_env
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "rollout",
+        help="run an agent (oracle, random, LLM) for a few episodes and print each step",
+        description="Run an agent in an env and print every step: the session, the action, what came back.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    add_env_args(p)
+    p.add_argument("--agent", default="oracle", help="oracle | random | a model (tiny-1m, smollm2, a folder)")
+    p.add_argument("--compact-at", type=float, default=None,
+                   help="oracle: compact when the context passes this fraction of the window")
+    p.add_argument("--fork", action="store_true", help="oracle: fork one subagent per sub-question")
+    p.add_argument("--error-rate", type=float, default=0.0, help="oracle: chance of a wrong action per step")
+    p.add_argument("--episodes", type=int, default=1, help="how many episodes")
+    p.add_argument("--seed", type=int, default=0, help="seed of the first episode (then seed+1, ...)")
+    p.add_argument("--full", action="store_true", help="print whole observations, not their last lines")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    env = make_env(args)
+    agent = build_agent(args, env)
+    wins = 0
+    for episode in range(args.episodes):
+        obs, info = env.reset(seed=args.seed + episode)
+        agent.reset()
+        print(f"=== episode {episode}: task {info['task_id']} (budget {info['max_steps']} steps)")
+        print(info["messages"][1]["content"])
+        done = False
+        while not done:
+            action = agent.act(obs, info)
+            acting = info["session_id"]
+            obs, reward, terminated, truncated, info = env.step(action)
+            done = terminated or truncated
+            shown = info["messages"][-1]["content"] if info["messages"] else ""
+            if not args.full:
+                shown = "\n".join(shown.splitlines()[:6])
+            print(f"\n--- step {info['steps_used']} | session {acting} -> {info['session_id']} "
+                  f"({info['session_kind']}, depth {info['depth']}, {info['context_tokens']} tokens)")
+            print(f">>> {action}")
+            print(shown)
+        trajectory = info["trajectory"]
+        wins += int(trajectory["success"])
+        reason = info.get("truncation_reason") or info.get("termination_reason") or "answered"
+        print(f"\n=== {'SOLVED' if trajectory['success'] else 'not solved'} ({reason}): answer "
+              f"{trajectory['answer']!r}, gold {trajectory['gold_answer']!r}, {trajectory['steps_used']} steps, "
+              f"{len(trajectory['sessions'])} sessions")
+        print(json.dumps([{k: s[k] for k in ("id", "parent", "kind", "steps")} for s in trajectory["sessions"]]))
+    print(f"\nsolved {wins} of {args.episodes}")
+    env.close()
+    return 0
