@@ -1,0 +1,395 @@
+"""A user's own corpus as a :class:`~envs.web.site.Site`: a folder of HTML files, or JSONL documents.
+
+Two layouts load, each with an optional ``tasks.jsonl`` beside the pages:
+
+- **A folder of HTML files.** ``a/b.html`` is served at ``/a/b`` (and at ``/a/b.html``); ``a/index.html``
+  at ``/a/`` (and ``/a``, ``/a/index.html``); ``index.html`` is the home page ``/``. A page's title is its
+  ``<title>``, else its first ``<h1>``, else its file name. ``mosaic site build`` writes this layout.
+- **JSONL documents** (the shape BrowseComp-Plus uses): a folder with ``documents.jsonl``, or the path of
+  any ``.jsonl`` documents file, with ``tasks.jsonl`` beside it. One document a line::
+
+      {"id": "d1", "url": "/wiki/Edra_Vane", "title": "Edra Vane", "text": "Edra Vane was a painter ..."}
+
+  with ``"html"`` instead of ``"text"`` for HTML documents (text is shown as simple paragraphs). The page
+  path is ``url`` when it is a site path, ``/<host><path>`` for an absolute URL, and ``/doc/<id>`` when
+  ``url`` is absent or its path is already taken.
+
+``tasks.jsonl`` holds one task a line::
+
+    {"id": "t1", "question": "Who ...?", "answer": "Edra Vane", "aliases": ["Vane"]}
+
+with optional ``hops`` (int, default 1), ``family`` (default ``"corpus"``), ``answer_kind`` (default
+``"text"``) and ``split`` (``"train"``/``"test"``; by default a fixed hash of the id puts about 20% in test).
+Anything malformed raises :class:`CorpusError` naming the file, the line and what a valid line looks like.
+
+Example:
+    >>> site = load_corpus("tests/fixtures/corpus_jsonl")
+    >>> site.render("/wiki/Anselm_Rook") is not None, len(site.tasks) > 0
+    (True, True)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html as html_lib
+import json
+import os
+import re
+import urllib.parse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from .browser import html_text, html_title
+from .site import Document, Site, Task
+
+TASKS_FILE = "tasks.jsonl"
+DOCUMENTS_FILE = "documents.jsonl"
+TEST_FRACTION = 0.2
+HTML_SUFFIXES = (".html", ".htm")
+SPLITS = ("train", "test")
+
+_DOCUMENT_EXAMPLE = '{"id": "d1", "url": "/wiki/Edra_Vane", "title": "Edra Vane", "text": "Edra Vane was a painter ..."}'
+_TASK_EXAMPLE = '{"id": "t1", "question": "Who ...?", "answer": "Edra Vane", "aliases": ["Vane"]}'
+_DOCUMENT_KEYS = ("id", "url", "title", "text", "html")
+_TASK_KEYS = ("id", "question", "answer", "aliases", "hops", "family", "answer_kind", "split")
+
+
+class CorpusError(ValueError):
+    """A corpus that is missing or malformed; the message names the file, the line and the fix."""
+
+
+@dataclass(frozen=True)
+class CorpusPage:
+    """One page of a corpus.
+
+    Attributes:
+        path: where the page is served (a site path such as ``/wiki/X``).
+        source: the page's HTML, or the file that holds it (read when the page is asked for).
+        title: the page's title; ``""`` to take it from the HTML.
+        text: the page's searchable text; ``None`` to take the visible text of the HTML.
+        aliases: other paths that serve the same page.
+    """
+
+    path: str
+    source: str | Path
+    title: str = ""
+    text: str | None = None
+    aliases: tuple[str, ...] = ()
+
+
+class CorpusSite(Site):
+    """A :class:`Site` over a fixed list of pages and tasks (see :func:`load_corpus`).
+
+    Example:
+        >>> site = CorpusSite("demo", [CorpusPage("/", "<title>Home</title><p>Hello.</p>")])
+        >>> [d.title for d in site.documents()], site.page_html("/missing")
+        (['Home'], None)
+    """
+
+    def __init__(self, name: str, pages: Sequence[CorpusPage], tasks: Sequence[Task] = ()):
+        self.name = name
+        self.tasks = tuple(tasks)
+        self.pages = tuple(pages)
+        self._routes: dict[str, CorpusPage] = {page.path: page for page in self.pages}
+        for page in self.pages:
+            for alias in page.aliases:
+                self._routes.setdefault(alias, page)
+        self._documents: tuple[Document, ...] | None = None
+
+    def documents(self) -> Iterator[Document]:
+        if self._documents is None:
+            self._documents = tuple(self._document(page) for page in self.pages)
+        return iter(self._documents)
+
+    def page_html(self, path: str) -> str | None:
+        page = self._routes.get(path)
+        return None if page is None else _read(page)
+
+    def _document(self, page: CorpusPage) -> Document:
+        html = _read(page) if not page.title or page.text is None else ""
+        name = page.path.rstrip("/").rsplit("/", 1)[-1].replace("_", " ")
+        title = page.title or html_title(html) or name or self.name
+        return Document(page.path, title, html_text(html) if page.text is None else page.text)
+
+
+def _read(page: CorpusPage) -> str:
+    if isinstance(page.source, Path):
+        return page.source.read_text(encoding="utf-8", errors="replace")
+    return page.source
+
+
+def load_corpus(path: str | os.PathLike) -> CorpusSite:
+    """Load the corpus at ``path``: a folder of HTML files, a folder with ``documents.jsonl``, or a JSONL
+    documents file; ``tasks.jsonl`` beside the pages is read when present.
+
+    Raises:
+        CorpusError: the path does not exist, holds no corpus, or a line of a JSONL file is malformed.
+
+    Example:
+        >>> site = load_corpus("tests/fixtures/corpus_html")
+        >>> site.page_html("/wiki/Mira_Esk") == site.page_html("/wiki/Mira_Esk.html")
+        True
+    """
+    root = Path(path)
+    if not root.exists():
+        raise CorpusError(
+            f"no corpus at {root}: no such file or folder. Give a folder of .html files, a folder with "
+            f"{DOCUMENTS_FILE}, or a .jsonl documents file."
+        )
+    if root.is_file():
+        if root.suffix != ".jsonl":
+            raise CorpusError(f"{root} is not a .jsonl documents file (one JSON object a line: {_DOCUMENT_EXAMPLE})")
+        return _jsonl_site(root)
+    if (root / DOCUMENTS_FILE).is_file():
+        return _jsonl_site(root / DOCUMENTS_FILE)
+    pages = _html_pages(root)
+    if not pages:
+        raise CorpusError(
+            f"no corpus in {root}: it holds neither .html files nor {DOCUMENTS_FILE} "
+            f"(one JSON object a line: {_DOCUMENT_EXAMPLE})"
+        )
+    return CorpusSite(root.resolve().name, pages, _load_tasks(root / TASKS_FILE))
+
+
+# --- folders of HTML ----------------------------------------------------------------------------------
+
+
+def iter_files(root: Path) -> Iterator[str]:
+    """The regular files under ``root``, as sorted relative POSIX paths; hidden entries and links that lead
+    outside ``root`` are left out (a corpus never reaches beyond its folder).
+
+    >>> "wiki/Mira_Esk.html" in list(iter_files(Path("tests/fixtures/corpus_html")))
+    True
+    """
+    top = root.resolve()
+    for folder, dirs, files in os.walk(top):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(files):
+            if name.startswith("."):
+                continue
+            file = Path(folder, name)
+            if file.is_symlink() and not file.resolve().is_relative_to(top):
+                continue
+            if file.is_file():
+                yield file.relative_to(top).as_posix()
+
+
+def page_file(path: str) -> str:
+    """The file, relative to a site folder, that holds the page at site path ``path`` (the inverse of how
+    :func:`load_corpus` serves a folder of HTML).
+
+    >>> page_file("/"), page_file("/wiki/Edra_Vane"), page_file("/category/People/")
+    ('index.html', 'wiki/Edra_Vane.html', 'category/People/index.html')
+
+    Raises:
+        ValueError: ``path`` is not a plain site path (it climbs out with ``..`` or holds a backslash).
+    """
+    parts = path.split("/")
+    if not path.startswith("/") or "\\" in path or "\0" in path or any(p in (".", "..") for p in parts):
+        raise ValueError(f"not a plain site path: {path!r}")
+    inner = path.strip("/")
+    if not inner or path.endswith("/"):
+        return f"{inner}/index.html".lstrip("/")
+    return inner if inner.endswith(HTML_SUFFIXES) else inner + ".html"
+
+
+def _html_pages(root: Path) -> list[CorpusPage]:
+    pages = []
+    for relative in iter_files(root):
+        if not relative.endswith(HTML_SUFFIXES):
+            continue
+        stem = relative.rsplit(".", 1)[0]
+        folder, _, name = stem.rpartition("/")
+        if name != "index":
+            pages.append(CorpusPage("/" + stem, root / relative, aliases=("/" + relative,)))
+        elif folder:
+            pages.append(CorpusPage(f"/{folder}/", root / relative, aliases=("/" + relative, "/" + folder)))
+        else:
+            pages.append(CorpusPage("/", root / relative, aliases=("/" + relative,)))
+    return pages
+
+
+# --- JSONL --------------------------------------------------------------------------------------------
+
+
+def _jsonl_site(file: Path) -> CorpusSite:
+    pages: list[CorpusPage] = []
+    taken: set[str] = set()
+    ids: set[str] = set()
+    for line_no, record in _records(file, _DOCUMENT_EXAMPLE):
+        where = f"{file.name} line {line_no}"
+        _check_keys(record, _DOCUMENT_KEYS, where, _DOCUMENT_EXAMPLE)
+        doc_id = _id(record, where, _DOCUMENT_EXAMPLE)
+        if doc_id in ids:
+            raise CorpusError(f"{where}: the id {doc_id!r} is used twice; every document needs its own id")
+        ids.add(doc_id)
+        title = _string(record, "title", where, _DOCUMENT_EXAMPLE)
+        if ("text" in record) == ("html" in record):
+            raise CorpusError(f'{where}: give exactly one of "text" or "html"; a valid line: {_DOCUMENT_EXAMPLE}')
+        url = record.get("url") or ""
+        if not isinstance(url, str):
+            raise CorpusError(f'{where}: "url" must be a string; a valid line: {_DOCUMENT_EXAMPLE}')
+        path = _document_path(url)
+        if not path or path in taken:
+            path = "/doc/" + urllib.parse.quote(doc_id, safe="")
+        taken.add(path)
+        if "html" in record:
+            pages.append(CorpusPage(path, _string(record, "html", where, _DOCUMENT_EXAMPLE, empty=True), title))
+        else:
+            text = _string(record, "text", where, _DOCUMENT_EXAMPLE, empty=True)
+            pages.append(CorpusPage(path, text_to_html(title, text), title, text))
+    if not pages:
+        raise CorpusError(f"{file} holds no documents (one JSON object a line: {_DOCUMENT_EXAMPLE})")
+    name = file.parent.resolve().name if file.name == DOCUMENTS_FILE else file.stem
+    return CorpusSite(name, pages, _load_tasks(file.parent / TASKS_FILE))
+
+
+def _document_path(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    if parts.netloc:
+        return "/" + parts.netloc.lower() + urllib.parse.unquote(parts.path or "/")
+    return urllib.parse.unquote(parts.path) if parts.path.startswith("/") else ""
+
+
+def text_to_html(title: str, text: str) -> str:
+    """A plain-text document as a simple HTML page: its title as a heading, blank lines between paragraphs.
+
+    >>> text_to_html("Oskarde", "A port.\\n\\nOn the coast.").split("<body>")[1]
+    '<h1>Oskarde</h1><p>A port.</p><p>On the coast.</p></body></html>'
+    """
+    paragraphs = [p.strip() for p in re.split(r"\n\s*\n", text) if p.strip()]
+    body = "".join("<p>" + html_lib.escape(p).replace("\n", "<br>") + "</p>" for p in paragraphs)
+    t = html_lib.escape(title)
+    return (
+        f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{t}</title></head>'
+        f"<body><h1>{t}</h1>{body}</body></html>"
+    )
+
+
+# --- tasks --------------------------------------------------------------------------------------------
+
+
+def _load_tasks(file: Path) -> tuple[Task, ...]:
+    if not file.is_file():
+        return ()
+    tasks: list[Task] = []
+    ids: set[str] = set()
+    for line_no, record in _records(file, _TASK_EXAMPLE):
+        where = f"{file.name} line {line_no}"
+        _check_keys(record, _TASK_KEYS, where, _TASK_EXAMPLE)
+        task_id = _id(record, where, _TASK_EXAMPLE)
+        if task_id in ids:
+            raise CorpusError(f"{where}: the id {task_id!r} is used twice; every task needs its own id")
+        ids.add(task_id)
+        aliases = record.get("aliases", [])
+        if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
+            raise CorpusError(f'{where}: "aliases" must be a list of strings; a valid line: {_TASK_EXAMPLE}')
+        hops = record.get("hops", 1)
+        if not isinstance(hops, int) or isinstance(hops, bool) or hops < 1:
+            raise CorpusError(f'{where}: "hops" must be a whole number of at least 1, not {hops!r}')
+        split = record.get("split", default_split(task_id))
+        if split not in SPLITS:
+            raise CorpusError(f'{where}: "split" must be "train" or "test", not {split!r}')
+        tasks.append(
+            Task(
+                id=task_id,
+                question=_string(record, "question", where, _TASK_EXAMPLE),
+                answer=_string(record, "answer", where, _TASK_EXAMPLE),
+                aliases=tuple(aliases),
+                family=_string(record, "family", where, _TASK_EXAMPLE, default="corpus"),
+                hops=hops,
+                split=split,
+                answer_kind=_string(record, "answer_kind", where, _TASK_EXAMPLE, default="text"),
+            )
+        )
+    return tuple(tasks)
+
+
+def default_split(task_id: str) -> str:
+    """``"test"`` for about ``TEST_FRACTION`` of task ids, ``"train"`` for the rest; fixed for an id.
+
+    >>> default_split("t1")
+    'train'
+    """
+    digest = hashlib.sha256(task_id.encode("utf-8")).digest()
+    return "test" if int.from_bytes(digest[:8], "big") % 100 < TEST_FRACTION * 100 else "train"
+
+
+def task_record(task: Task) -> dict[str, Any]:
+    """``task`` as one line of ``tasks.jsonl`` (what :func:`load_corpus` reads back).
+
+    >>> task_record(Task("t1", "Who?", "Edra Vane"))["answer"]
+    'Edra Vane'
+    """
+    return {
+        "id": task.id,
+        "question": task.question,
+        "answer": task.answer,
+        "aliases": list(task.aliases),
+        "hops": task.hops,
+        "family": task.family,
+        "answer_kind": task.answer_kind,
+        "split": task.split,
+    }
+
+
+def write_tasks(tasks: Sequence[Task], file: str | os.PathLike) -> None:
+    """Write ``tasks`` as ``tasks.jsonl``, one :func:`task_record` a line."""
+    with open(file, "w", encoding="utf-8") as out:
+        for task in tasks:
+            out.write(json.dumps(task_record(task), ensure_ascii=False) + "\n")
+
+
+# --- reading and checking JSONL -----------------------------------------------------------------------
+
+
+def _records(file: Path, example: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    with open(file, encoding="utf-8") as lines:
+        for line_no, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise CorpusError(
+                    f"{file.name} line {line_no}: not valid JSON ({err.msg}, column {err.colno}); "
+                    f"a valid line: {example}"
+                ) from None
+            if not isinstance(record, dict):
+                raise CorpusError(f"{file.name} line {line_no}: expected a JSON object; a valid line: {example}")
+            yield line_no, record
+
+
+def _check_keys(record: dict[str, Any], known: tuple[str, ...], where: str, example: str) -> None:
+    unknown = [key for key in record if key not in known]
+    if unknown:
+        raise CorpusError(
+            f"{where}: unknown key {unknown[0]!r} (known keys: {', '.join(known)}); a valid line: {example}"
+        )
+
+
+def _id(record: dict[str, Any], where: str, example: str) -> str:
+    value = record.get("id")
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if not isinstance(value, str) or not value:
+        raise CorpusError(f'{where}: missing "id" (a string or a number); a valid line: {example}')
+    return value
+
+
+_NO_DEFAULT = object()
+
+
+def _string(
+    record: dict[str, Any], key: str, where: str, example: str, default: Any = _NO_DEFAULT, empty: bool = False
+) -> str:
+    if key not in record and default is not _NO_DEFAULT:
+        return default
+    value = record.get(key)
+    if value is None:
+        raise CorpusError(f'{where}: missing "{key}"; a valid line: {example}')
+    if not isinstance(value, str) or not (value.strip() or empty):
+        kind = "a string" if empty else "a non-empty string"
+        raise CorpusError(f'{where}: "{key}" must be {kind}, not {value!r}; a valid line: {example}')
+    return value
