@@ -1,0 +1,96 @@
+"""``mosaic site build|serve``: write a site as static HTML, and serve a site folder on 127.0.0.1."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from tqdm import tqdm
+
+from envs.web.corpus import TASKS_FILE, page_file, write_tasks
+from envs.web.site import load_site
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "site",
+        help="build a site as static HTML, or serve a site folder in a browser",
+        description="Write a site (the builtin one, or a corpus) as a folder of static HTML pages with its "
+        "tasks, or serve such a folder on 127.0.0.1 to browse it.",
+    )
+    sub = p.add_subparsers(dest="site_command", metavar="{build,serve}", required=True)
+
+    build = sub.add_parser(
+        "build",
+        help="write every page as DIR/<path>.html, plus DIR/tasks.jsonl",
+        description="Write every page of a site as static HTML (the home page as DIR/index.html, /wiki/X as "
+        "DIR/wiki/X.html) and its tasks as DIR/tasks.jsonl. The folder loads back as a corpus "
+        "(--site DIR, or gym.make(..., site=DIR)) with the same pages and tasks, and `mosaic site serve DIR` "
+        "serves it.",
+        epilog="example: mosaic site build --out site-0 --site-seed 0 --site-size 2000",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    build.add_argument("--out", required=True, type=Path, metavar="DIR", default=argparse.SUPPRESS,
+                       help="folder to write (created if missing)")
+    build.add_argument("--site", default="builtin", metavar="builtin|PATH", help="'builtin' or the path of a corpus to export")
+    build.add_argument("--site-seed", type=int, default=0, metavar="N", help="which builtin site")
+    build.add_argument("--site-size", type=int, default=2000, metavar="N", help="entities of the builtin site")
+    build.add_argument("--force", action="store_true",
+                       help="write into --out even if it is not empty (files already there stay)")
+
+    serve = sub.add_parser(
+        "serve",
+        help="serve a site folder on http://127.0.0.1:PORT",
+        description="Serve a site folder (from `mosaic site build`, or a corpus of HTML files) on 127.0.0.1, "
+        "with a live search page at /search?q=... . Only this machine can connect. Ctrl-C stops.",
+        epilog="example: mosaic site serve site-0 --port 8000",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    serve.add_argument("dir", type=Path, metavar="DIR", help="the site folder")
+    serve.add_argument("--port", type=int, default=8000, metavar="N", help="port on 127.0.0.1 (0: any free port)")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        return build(args) if args.site_command == "build" else serve(args)
+    except (ValueError, OSError) as err:  # CorpusError is a ValueError
+        print(f"mosaic site {args.site_command}: {err}", file=sys.stderr)
+        return 2
+
+
+def build(args: argparse.Namespace) -> int:
+    out: Path = args.out
+    if out.is_dir() and any(out.iterdir()) and not args.force:
+        raise ValueError(f"{out} is not empty; choose a new folder, or pass --force to write into it")
+    site = load_site(args.site, site_seed=args.site_seed, site_size=args.site_size)
+    paths = [doc.path for doc in site.documents()]
+    if "/" not in paths and site.page_html("/") is not None:
+        paths.insert(0, "/")
+    for path in tqdm(paths, desc="writing pages", unit="page"):
+        html = site.page_html(path)
+        if html is None:
+            raise ValueError(f"site {site.name!r} lists a page at {path} but serves nothing there")
+        file = out / page_file(path)
+        file.parent.mkdir(parents=True, exist_ok=True)
+        file.write_text(html, encoding="utf-8")
+    write_tasks(site.tasks, out / TASKS_FILE)
+    print(f"wrote {len(paths)} pages and {len(site.tasks)} tasks to {out}/ (browse it: mosaic site serve {out})")
+    return 0
+
+
+def serve(args: argparse.Namespace) -> int:
+    from envs.web.server import serve as start_server
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    server = start_server(args.dir, port=args.port)
+    print(f"serving {args.dir} at {server.url}/ (search: {server.url}/search?q=...); Ctrl-C stops", flush=True)
+    try:
+        server.wait()
+    except KeyboardInterrupt:
+        print("stopped")
+    finally:
+        server.shutdown()
+    return 0

@@ -1,0 +1,131 @@
+"""A loopback-only web server for a site folder (``mosaic site serve``), to browse a site in a real browser.
+
+Pages are served the way :func:`~envs.web.corpus.load_corpus` reads the folder (``/wiki/X`` from
+``wiki/X.html`` or ``wiki/X/index.html``), the search page ``/search?q=...`` is rendered live, and other
+files of the folder (stylesheets, images) are served as they are. Only what the folder holds is served:
+``..``, encoded or not, backslashes, absolute paths and links leading outside all get 404. ``tasks.jsonl``
+and ``documents.jsonl`` are never served: they hold the answers.
+
+Example:
+    >>> import urllib.request
+    >>> server = serve("tests/fixtures/corpus_html")
+    >>> urllib.request.urlopen(server.url + "/wiki/Mira_Esk").status
+    200
+    >>> server.shutdown()
+"""
+
+from __future__ import annotations
+
+import html as html_lib
+import http.server
+import logging
+import mimetypes
+import os
+import threading
+import urllib.parse
+from pathlib import Path
+
+from .corpus import DOCUMENTS_FILE, TASKS_FILE, CorpusSite, iter_files, load_corpus
+
+LOOPBACK = ("127.0.0.1", "localhost")
+
+log = logging.getLogger(__name__)
+
+
+class SiteServer(http.server.ThreadingHTTPServer):
+    """A threaded HTTP server for one site folder, bound to 127.0.0.1.
+
+    Attributes:
+        site: the folder loaded as a corpus site.
+        url: the server's base URL, e.g. ``http://127.0.0.1:8000``.
+    """
+
+    daemon_threads = True
+
+    def __init__(self, folder: str | os.PathLike, port: int = 0, host: str = "127.0.0.1"):
+        if host not in LOOPBACK:
+            raise ValueError(
+                f"refusing to serve on {host!r}: the site server binds to 127.0.0.1 only, so that nothing "
+                "beyond this machine can read the corpus. Use host='127.0.0.1' (or 'localhost')."
+            )
+        self.site: CorpusSite = load_corpus(folder)
+        root = Path(folder).resolve()
+        private = (TASKS_FILE, DOCUMENTS_FILE)
+        self.files = {"/" + name: root / name for name in iter_files(root) if name not in private}
+        # Build the search index now, not on the first request, where two threads could both build it.
+        _ = self.site.index
+        super().__init__(("127.0.0.1", port), _Handler)
+        self.url = f"http://127.0.0.1:{self.server_address[1]}"
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> "SiteServer":
+        """Serve in a background thread; returns ``self``."""
+        self._thread = threading.Thread(target=self.serve_forever, name="mosaic-site-server", daemon=True)
+        self._thread.start()
+        return self
+
+    def wait(self) -> None:
+        """Block until the server stops (Ctrl-C raises ``KeyboardInterrupt`` here)."""
+        if self._thread is not None:
+            self._thread.join()
+
+    def shutdown(self) -> None:
+        """Stop serving and close the socket."""
+        if self._thread is not None:
+            super().shutdown()
+            self._thread.join()
+            self._thread = None
+        self.server_close()
+
+    def __enter__(self) -> "SiteServer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+
+def serve(folder: str | os.PathLike, port: int = 0, host: str = "127.0.0.1") -> SiteServer:
+    """Start serving ``folder`` at ``http://127.0.0.1:<port>`` in a background thread (``port=0``: any free
+    port; read it from ``.url``). Stop it with ``.shutdown()``.
+
+    Raises:
+        ValueError: ``host`` is not the loopback address.
+        CorpusError: the folder holds no site.
+    """
+    return SiteServer(folder, port, host).start()
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    server: SiteServer
+    server_version = "mosaic-site"
+
+    def do_GET(self) -> None:
+        self._respond(send_body=True)
+
+    def do_HEAD(self) -> None:
+        self._respond(send_body=False)
+
+    def _respond(self, send_body: bool) -> None:
+        path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
+        page = self.server.site.render(self.path)
+        if page is not None:
+            body, kind = page.encode("utf-8"), "text/html; charset=utf-8"
+            status = 200
+        elif path in self.server.files:
+            file = self.server.files[path]
+            body = file.read_bytes()
+            kind = mimetypes.guess_type(file.name)[0] or "application/octet-stream"
+            status = 200
+        else:
+            message = html_lib.escape(path)
+            body = f"<!DOCTYPE html><title>Not found</title><h1>Not found</h1><p>{message}</p>".encode("utf-8")
+            kind, status = "text/html; charset=utf-8", 404
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if send_body:
+            self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        log.info("%s %s", self.address_string(), format % args)
