@@ -1,0 +1,137 @@
+"""The site server: pages and live search, loopback only, nothing outside the folder, no answers."""
+
+from __future__ import annotations
+
+import http.client
+import os
+import shutil
+import urllib.parse
+from pathlib import Path
+
+import pytest
+
+from envs.web.server import serve
+
+FIXTURE = Path(__file__).parent / "fixtures" / "corpus_html"
+SECRET = "TOP-SECRET-CONTENT"
+
+
+@pytest.fixture(scope="module")
+def top(tmp_path_factory):
+    """A folder holding secrets, with the site folder inside it."""
+    return tmp_path_factory.mktemp("serve")
+
+
+@pytest.fixture(scope="module")
+def server(top):
+    (top / "secret.txt").write_text(SECRET)
+    (top / "secret.html").write_text(f"<title>{SECRET}</title>")
+    root = top / "site"
+    shutil.copytree(FIXTURE, root)
+    (root / "style.css").write_text("body { color: black }")
+    (root / ".env").write_text(SECRET)
+    os.symlink(top / "secret.txt", root / "leak.txt")
+    os.symlink(top / "secret.html", root / "leak.html")
+    os.symlink(top, root / "up")
+    running = serve(root)
+    yield running
+    running.shutdown()
+
+
+def get(server, raw_path: str, method: str = "GET") -> tuple[int, str, str]:
+    """Send ``raw_path`` exactly as written (no client-side normalising)."""
+    host, port = server.server_address[:2]
+    conn = http.client.HTTPConnection(host, port, timeout=10)
+    try:
+        conn.request(method, raw_path)
+        response = conn.getresponse()
+        return response.status, response.getheader("Content-Type", ""), response.read().decode("utf-8", "replace")
+    finally:
+        conn.close()
+
+
+def test_url_is_loopback(server):
+    assert server.url.startswith("http://127.0.0.1:")
+    assert server.server_address[0] == "127.0.0.1"
+
+
+@pytest.mark.parametrize(
+    "path, file",
+    [
+        ("/", "index.html"),
+        ("/wiki/Mira_Esk", "wiki/Mira_Esk.html"),
+        ("/wiki/Mira_Esk.html", "wiki/Mira_Esk.html"),
+        ("/wiki/Mira_Esk?from=search#career", "wiki/Mira_Esk.html"),
+        ("/wiki/Lunder_Archipelago", "wiki/Lunder_Archipelago/index.html"),
+        ("/wiki/Lunder_Archipelago/", "wiki/Lunder_Archipelago/index.html"),
+    ],
+)
+def test_pages_are_served_by_site_path(server, path, file):
+    status, kind, body = get(server, path)
+    assert (status, kind) == (200, "text/html; charset=utf-8")
+    assert body == (FIXTURE / file).read_text()
+
+
+def test_other_files_of_the_folder_are_served_as_they_are(server):
+    assert get(server, "/style.css")[:2] == (200, "text/css")
+
+
+def test_search_page_is_rendered_live(server):
+    status, _, body = get(server, "/search?" + urllib.parse.urlencode({"q": "Tarvel Observatory founder"}))
+    assert status == 200
+    assert '<a href="/wiki/Tarvel_Observatory">Tarvel Observatory</a>' in body
+    assert "Search: Tarvel Observatory founder" in body
+
+
+def test_head_has_no_body(server):
+    status, _, body = get(server, "/wiki/Mira_Esk", method="HEAD")
+    assert (status, body) == (200, "")
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/../secret.txt",
+        "/wiki/../../secret.txt",
+        "/%2e%2e/secret.txt",
+        "/%2E%2E/secret.html",
+        "/wiki/%2e%2e/%2e%2e/secret.txt",
+        "/%252e%252e/secret.txt",
+        "/%252e%252e%252fsecret.txt",
+        "/..%2fsecret.txt",
+        "/..%5csecret.txt",
+        "/..\\secret.txt",
+        "/wiki\\..\\..\\secret.txt",
+        "//secret.txt",
+        "//../secret.txt",
+        "/leak.txt",
+        "/leak.html",
+        "/leak",
+        "/up/secret.txt",
+        "/up/secret",
+        "/.env",
+        "/tasks.jsonl",
+        "/wiki/Nowhere",
+        "/%00",
+    ],
+)
+def test_nothing_outside_the_folder_and_no_answers_are_served(server, path):
+    status, _, body = get(server, path)
+    assert status == 404
+    assert SECRET not in body and "Port Tarrow" not in body
+
+
+def test_absolute_file_paths_are_not_served(server, top):
+    for path in (f"/{top}/secret.txt", f"/{top}/site/index.html", f"file://{top}/secret.txt"):
+        assert get(server, path)[0] == 404
+
+
+def test_other_hosts_are_refused():
+    for host in ("0.0.0.0", "192.168.1.5", "::", ""):
+        with pytest.raises(ValueError, match="binds to 127.0.0.1 only"):
+            serve(FIXTURE, host=host)
+
+
+def test_localhost_and_context_manager():
+    with serve(FIXTURE, host="localhost") as running:
+        assert get(running, "/wiki/Vell")[0] == 200
