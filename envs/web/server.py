@@ -60,7 +60,10 @@ class SiteServer(http.server.ThreadingHTTPServer):
 
     def start(self) -> "SiteServer":
         """Serve in a background thread; returns ``self``."""
-        self._thread = threading.Thread(target=self.serve_forever, name="mosaic-site-server", daemon=True)
+        # A short poll keeps shutdown() quick; the loop is idle between polls.
+        self._thread = threading.Thread(
+            target=self.serve_forever, kwargs={"poll_interval": 0.1}, name="mosaic-site-server", daemon=True
+        )
         self._thread.start()
         return self
 

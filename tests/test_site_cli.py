@@ -1,0 +1,91 @@
+"""``mosaic site build`` writes a folder that loads back as the same site; ``serve`` serves it."""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from algos.cli import main
+from envs.web.corpus import load_corpus
+from envs.web.site import Site, load_site
+
+FIXTURES = Path(__file__).parent / "fixtures"
+ROOT = Path(__file__).parent.parent
+
+
+def assert_same_site(built: Site, original: Site) -> None:
+    paths = [d.path for d in original.documents()]
+    assert {d.path for d in built.documents()} >= set(paths)
+    for path in paths:
+        assert built.page_html(path) == original.page_html(path), path
+    # The corpus format keeps what any corpus task has; gold paths and sub-questions are the builtin oracle's.
+    assert built.tasks == tuple(
+        dataclasses.replace(t, gold_path=(), subtasks=(), search_queries=()) for t in original.tasks
+    )
+
+
+def test_builtin_site_round_trips(tmp_path, capsys):
+    out = tmp_path / "site"
+    assert main(["site", "build", "--out", str(out), "--site-seed", "3", "--site-size", "120"]) == 0
+    assert "tasks to" in capsys.readouterr().out
+    assert (out / "index.html").is_file() and (out / "tasks.jsonl").is_file()
+    original = load_site("builtin", site_seed=3, site_size=120)
+    built = load_corpus(out)
+    assert_same_site(built, original)
+    assert built.page_html("/") == original.page_html("/")
+    assert built.tasks_for("test") and built.tasks_for("train")
+
+
+@pytest.mark.parametrize("corpus", ["corpus_html", "corpus_jsonl"])
+def test_a_corpus_round_trips(tmp_path, corpus):
+    out = tmp_path / "site"
+    assert main(["site", "build", "--out", str(out), "--site", str(FIXTURES / corpus)]) == 0
+    assert_same_site(load_corpus(out), load_corpus(FIXTURES / corpus))
+
+
+def test_build_refuses_a_folder_in_use_and_a_missing_corpus(tmp_path, capsys):
+    (tmp_path / "keep.txt").write_text("mine")
+    assert main(["site", "build", "--out", str(tmp_path), "--site", str(FIXTURES / "corpus_html")]) == 2
+    assert "is not empty" in capsys.readouterr().err
+    assert main(["site", "build", "--out", str(tmp_path), "--site", str(FIXTURES / "corpus_html"), "--force"]) == 0
+    assert (tmp_path / "keep.txt").read_text() == "mine"
+    assert main(["site", "build", "--out", str(tmp_path / "new"), "--site", str(tmp_path / "missing")]) == 2
+    assert "no corpus at" in capsys.readouterr().err
+
+
+def test_help_explains_both_subcommands(capsys):
+    for argv in (["site", "--help"], ["site", "build", "--help"], ["site", "serve", "--help"]):
+        with pytest.raises(SystemExit) as done:
+            main(argv)
+        assert done.value.code == 0
+    text = capsys.readouterr().out
+    assert "--out DIR" in text and "--site-size N" in text and "127.0.0.1" in text and "--port N" in text
+
+
+def test_serve_prints_its_url_and_serves_until_ctrl_c():
+    process = subprocess.Popen(
+        [sys.executable, "-m", "algos.cli", "site", "serve", str(FIXTURES / "corpus_html"), "--port", "0"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        line = process.stdout.readline()
+        url = line.split(" at ")[1].split("/ ")[0]
+        assert url.startswith("http://127.0.0.1:")
+        with urllib.request.urlopen(url + "/wiki/Vell", timeout=10) as response:
+            assert response.status == 200
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=10) == 0
+        assert "stopped" in process.stdout.read()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
