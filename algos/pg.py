@@ -186,7 +186,7 @@ class PolicyGradient:
                         ref, _ = sequence_logprobs(self.ref_model, batch, self.device)
                     k3 = torch.exp(ref - logp) - (ref - logp) - 1
                     loss = loss + c.kl_coef * (k3 * w).sum() / total
-                    kl_sum += float((k3 * w).sum())
+                    kl_sum += float((k3.detach() * w).sum())
                 loss.backward()
                 loss_sum += float(loss.detach())
                 clipped += float(((torch.abs(ratio - 1) > c.clip_eps) * mask).sum())

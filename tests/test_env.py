@@ -1,0 +1,292 @@
+"""The multi-session env: Gymnasium conformance, determinism, sessions, budgets, snapshots, candidates."""
+
+from __future__ import annotations
+
+import pickle
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import envs
+from agents import OracleAgent, RandomAgent
+from envs.actions import format_action, parse_action
+from conftest import SITE_SIZE
+
+IDS = sorted(envs.VARIANTS)
+
+
+def make(env_id="mosaic/WebQA-v0", **kwargs):
+    kwargs.setdefault("site_size", SITE_SIZE)
+    return gym.make(env_id, **kwargs)
+
+
+def run(env, agent, seed=0, options=None):
+    obs, info = env.reset(seed=seed, options=options)
+    agent.reset()
+    history = [(obs, info)]
+    while True:
+        action = agent.act(obs, info)
+        obs, reward, terminated, truncated, info = env.step(action)
+        history.append((action, obs, reward, terminated, truncated, info))
+        if terminated or truncated:
+            return reward, info, history
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_check_env_passes_for_every_registered_id(env_id):
+    env = make(env_id, candidates=True)
+    check_env(env.unwrapped, skip_render_check=False)
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_same_seed_same_rollout_for_200_steps(env_id):
+    """Two envs, identical actions (random candidates, with resets), 200+ steps: observations and infos equal."""
+    envs_ = [make(env_id, candidates=True, max_steps=(10, 30)) for _ in range(2)]
+    agents_ = [RandomAgent(seed=3, compact_prob=0.1, fork_prob=0.1) for _ in range(2)]
+    streams = []
+    for env, agent in zip(envs_, agents_):
+        out, seed = [], 0
+        obs, info = env.reset(seed=seed)
+        while len(out) < 220:
+            action = agent.act(obs, info)
+            obs, reward, terminated, truncated, info = env.step(action)
+            out.append((action, obs, reward, terminated, truncated, info))
+            if terminated or truncated:
+                seed += 1
+                obs, info = env.reset(seed=seed)
+                out.append(("reset", obs, info))
+        streams.append(out)
+    assert streams[0] == streams[1]
+    assert pickle.dumps(streams[0]) == pickle.dumps(streams[1])
+
+
+def test_different_seeds_give_different_tasks():
+    env = make()
+    task_ids = {env.reset(seed=s)[1]["task_id"] for s in range(10)}
+    assert len(task_ids) > 1
+
+
+def test_gym_make_vec_sync_and_async():
+    for mode in ("sync", "async"):
+        vec = gym.make_vec("mosaic/WebQA-v0", num_envs=2, vectorization_mode=mode, site_size=SITE_SIZE, max_steps=3)
+        obs, info = vec.reset(seed=0)
+        assert len(obs) == 2 and all(isinstance(o, str) for o in obs)
+        obs, reward, terminated, truncated, info = vec.step(['search("x")', "nonsense"])
+        assert list(info["steps_used"]) == [1, 1]
+        assert info["action_error"][1] and not info["action_error"][0]
+        vec.close()
+
+
+def test_bad_kwargs_name_the_fix():
+    with pytest.raises(TypeError, match="did you mean 'max_steps'"):
+        make(max_step=3)
+    with pytest.raises(ValueError, match="overflow"):
+        make(overflow="explode")
+    with pytest.raises(ValueError, match="max_steps"):
+        make(max_steps=0)
+    with pytest.raises(ValueError, match="available hops"):
+        make(hops=99)
+
+
+def test_budget_int_range_list_and_reset_override():
+    env = make(max_steps=(5, 9))
+    budgets = {env.reset(seed=s)[1]["max_steps"] for s in range(40)}
+    assert budgets == set(range(5, 10))
+    env = make(max_steps=[4, 16])
+    assert {env.reset(seed=s)[1]["max_steps"] for s in range(20)} == {4, 16}
+    obs, info = env.reset(seed=0, options={"max_steps": 7})
+    assert info["max_steps"] == 7 and "[Steps left: 7]" in obs
+    assert "[Steps left" not in make(show_budget=False).reset(seed=0)[0]
+
+
+def test_budget_truncates_with_reason_and_no_time_limit_double_count():
+    env = make(max_steps=3)
+    env.reset(seed=0)
+    for i in range(3):
+        obs, reward, terminated, truncated, info = env.step('find("x")')
+    assert truncated and not terminated and info["truncation_reason"] == "max_steps"
+    assert info["trajectory"]["steps_used"] == 3
+    assert env.spec.max_episode_steps is None
+
+
+def test_errors_cost_a_step_and_are_reported():
+    env = make()
+    env.reset(seed=0)
+    for action, message in [("hello", "no tool call"), ("open(3)", "no page open"),
+                            ('finish("x")', "root agent"), ("scroll()", "no page is open"),
+                            ('open("/wiki/No_Such_Page_Anywhere")', "no page at")]:
+        obs, reward, terminated, truncated, info = env.step(action)
+        assert message in info["action_error"]
+        assert "Error: " + info["action_error"] in obs
+    assert info["steps_used"] == 5
+
+
+def test_compacted_session_holds_only_system_task_and_summary():
+    env = make()
+    obs, info = env.reset(seed=0)
+    question = info["messages"][1]["content"]
+    task = env.unwrapped.state.task
+    env.step(format_action("search", task.search_queries[0]))
+    before_obs, *_ = env.step("open(1)")
+    obs, reward, terminated, truncated, info = env.step(format_action("compact", "NOTE: remember the vane"))
+    assert info["session_kind"] == "compact" and info["parent_id"] == 0 and info["session_id"] == 1
+    assert [m["role"] for m in info["messages"]] == ["system", "user"]
+    assert "NOTE: remember the vane" in obs and task.question in obs
+    assert "Search results" not in obs and "open(1)" not in obs
+    assert info["messages"][0] == env.unwrapped.state.sessions[0].messages[0]
+    assert question.split("\n")[0] in info["messages"][1]["content"]
+    # the new session has no page on screen
+    assert "no page" in env.step("scroll()")[4]["action_error"]
+
+
+def test_fork_finish_round_trips_at_depth_two_and_session_tree():
+    env = make(max_fork_depth=2)
+    env.reset(seed=0)
+    steps = [
+        ('search("alpha")', 0), ('fork("child task")', 1), ('search("beta")', 1), ('fork("grandchild task")', 2),
+        ('finish("deep result")', 1), ('finish("child result")', 0), ('answer("nope")', 0),
+    ]
+    for action, depth_after in steps:
+        obs, reward, terminated, truncated, info = env.step(action)
+        assert info["action_error"] is None, info["action_error"]
+        assert info["depth"] == depth_after
+        if action.startswith("fork"):
+            assert "fresh" not in obs and "alpha" not in obs.split("Your task:")[-1].split("\n")[0]
+            assert [m["role"] for m in info["messages"]] == ["system", "user"]
+    assert terminated and reward == 0.0
+    tree = info["trajectory"]["sessions"]
+    assert [(s["id"], s["parent"], s["kind"], s["depth"], s["steps"], s["handoff"]) for s in tree] == [
+        (0, None, "root", 0, 3, "nope"),
+        (1, 0, "fork", 1, 3, "child result"),
+        (2, 1, "fork", 2, 1, "deep result"),
+    ]
+    root_context = env.unwrapped.state.sessions[0].text
+    assert "child result" in root_context and "deep result" not in root_context
+    assert all(s["tokens_in"] > 0 and s["tokens_out"] > 0 for s in tree)
+
+
+def test_fork_deeper_than_limit_truncates():
+    env = make(max_fork_depth=1)
+    env.reset(seed=0)
+    env.step('fork("a")')
+    *_, truncated, info = env.step('fork("b")')
+    assert truncated and info["truncation_reason"] == "max_fork_depth"
+
+
+def test_max_sessions_truncates():
+    env = make(max_sessions=2)
+    env.reset(seed=0)
+    env.step('compact("one")')
+    *_, truncated, info = env.step('compact("two")')
+    assert truncated and info["truncation_reason"] == "max_sessions"
+
+
+def test_budget_runs_out_inside_a_child():
+    env = make(max_steps=4)
+    env.reset(seed=0)
+    env.step('fork("sub")')
+    env.step('search("x")')
+    env.step('search("y")')
+    obs, reward, terminated, truncated, info = env.step('search("z")')
+    assert truncated and info["truncation_reason"] == "max_steps" and info["depth"] == 1
+    assert [s["steps"] for s in info["trajectory"]["sessions"]] == [1, 3]
+
+
+def test_variants_refuse_disabled_tools():
+    env = make("mosaic/WebQA-Single-v0")
+    obs, info = env.reset(seed=0)
+    assert "compact(" not in obs and "fork(" not in obs
+    assert "not available" in env.step('compact("x")')[4]["action_error"]
+    compact_only = make("mosaic/WebQA-Compact-v0")
+    compact_only.reset(seed=0)
+    assert "not available" in compact_only.step('fork("x")')[4]["action_error"]
+    fork_only = make("mosaic/WebQA-Fork-v0")
+    fork_only.reset(seed=0)
+    assert "not available" in fork_only.step('compact("x")')[4]["action_error"]
+    assert fork_only.step('fork("x")')[4]["session_kind"] == "fork"
+
+
+@pytest.mark.parametrize("policy", ["force_compact", "truncate", "terminate"])
+def test_overflow_policies(policy):
+    env = make(session_max_tokens=700, overflow=policy, max_steps=40, candidates=True)
+    obs, info = env.reset(seed=0)
+    task = env.unwrapped.state.task
+    env.step(format_action("search", task.search_queries[0]))
+    for _ in range(20):
+        obs, reward, terminated, truncated, info = env.step("open(1)")
+        if terminated or truncated or "[Context full" in obs:
+            break
+    if policy == "force_compact":
+        assert "[Context full" in obs and not (terminated or truncated)
+        assert len(info["candidates"]) == 1 and info["candidates"][0].startswith("compact(")
+        obs, reward, terminated, truncated, info = env.step("I found the page about the vane.")
+        assert info["session_kind"] == "compact"
+        assert "I found the page about the vane." in obs
+    elif policy == "truncate":
+        assert truncated and info["truncation_reason"] == "context_overflow"
+    else:
+        assert terminated and reward == 0.0 and info["termination_reason"] == "context_overflow"
+
+
+def test_snapshot_restores_exactly_and_pickles():
+    env = make(candidates=True)
+    agent = RandomAgent(seed=1)
+    obs, info = env.reset(seed=4)
+    for _ in range(5):
+        obs, *_, info = env.step(agent.act(obs, info))
+    snap = pickle.loads(pickle.dumps(env.unwrapped.snapshot()))
+    actions = [agent.act(obs, info) for _ in range(1)] + ['search("x")', "scroll()", 'compact("s")', "open(2)"]
+    first = [env.step(a) for a in actions]
+    obs2, info2 = env.reset(options={"snapshot": snap})
+    assert obs2 == obs and info2["steps_used"] == info["steps_used"]
+    second = [env.step(a) for a in actions]
+    assert first == second
+
+
+def test_candidates_are_valid_deterministic_and_never_leak_unseen_answers(small_site):
+    env = make(candidates=True, split="test")
+    for seed in range(8):
+        obs, info = env.reset(seed=seed)
+        task = env.unwrapped.state.task
+        for _ in range(6):
+            cands = info["candidates"]
+            assert cands == env.unwrapped.candidate_actions()
+            for c in cands:
+                parse_action(c)
+                if c.startswith("answer("):
+                    value = parse_action(c).arg
+                    assert value in env.unwrapped.state.sessions[info["session_id"]].text
+            obs, reward, terminated, truncated, info = env.step(cands[len(cands) // 2])
+            assert info["action_error"] is None, (cands, info["action_error"])
+            if terminated or truncated:
+                break
+
+
+def test_no_wall_clock_in_info_and_render_ansi():
+    env = make(render_mode="ansi")
+    obs, info = env.reset(seed=0)
+    assert set(info) >= {"task_id", "session_id", "acted_session_id", "session_kind", "parent_id", "depth",
+                         "steps_used", "steps_left", "num_sessions", "messages", "action_error"}
+    assert envs.render_transcript(info["messages"]) == obs
+    text = env.render()
+    assert text.endswith(obs) and "session 0" in text
+
+
+@pytest.mark.parametrize("env_id", IDS)
+@pytest.mark.parametrize("compact_at, fork", [(None, False), (0.5, False), (None, True), (0.5, True)])
+def test_oracle_solves_every_test_task(env_id, compact_at, fork):
+    env = make(env_id)
+    agent = OracleAgent(env, compact_at=compact_at, fork=fork)
+    tasks = env.unwrapped.site.tasks_for("test")
+    used_compact = used_fork = False
+    for task in tasks:
+        reward, info, history = run(env, agent, options={"task_id": task.id})
+        assert reward == 1.0, (task.family, task.question, info.get("truncation_reason"), history[-1][0])
+        kinds = {s["kind"] for s in info["trajectory"]["sessions"]}
+        used_compact |= "compact" in kinds
+        used_fork |= "fork" in kinds
+    assert used_fork == (fork and env.unwrapped.allow_fork)
+    if compact_at is not None and env.unwrapped.allow_compact:
+        assert used_compact
