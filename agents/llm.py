@@ -1,0 +1,485 @@
+"""An agent over any Transformers causal LM: batched sampling with per-session KV caches, or candidate choice.
+
+Per env of a batch, :class:`LLMAgent` keeps one cache per session (``info["session_id"]``): a session's
+context only grows, so each step feeds the model just the tokens that are new since the last step. Every
+step is recorded as an :class:`AgentStep` (the tokens the model conditioned on, the tokens it produced and
+their log-probs) in ``agent.last_steps`` for learners; :func:`pack_session` turns a session's steps into
+training sequences.
+
+Example:
+    >>> from agents.models import load_model
+    >>> from envs.prompts import render_transcript
+    >>> model, tokenizer = load_model("tiny-1m", texts=['search("Edra Vane")'] * 30)
+    >>> agent = LLMAgent(model, tokenizer, max_new_tokens=8, seed=0)
+    >>> messages = [{"role": "system", "content": "Answer."}, {"role": "user", "content": "Who?"}]
+    >>> info = {"session_id": 0, "messages": messages}
+    >>> action = agent.act(render_transcript(messages), info)
+    >>> step = agent.last_steps[0]
+    >>> len(step.gen_ids) == len(step.logprobs) <= 8
+    True
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Hashable, Sequence
+
+import torch
+from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
+
+from envs.actions import TOOL_ARGS
+from envs.prompts import render_transcript
+
+from .base import Agent
+
+KV = tuple[tuple[torch.Tensor, torch.Tensor], ...]
+"""Per layer, keys and values of one sequence: ``[1, kv_heads, length, head_dim]`` each."""
+
+_THINK = re.compile(r"<think>.*?(?:</think>|$)", re.DOTALL)
+_CALL_START = re.compile(r"(?<![\w.])(?:" + "|".join(TOOL_ARGS) + r")\(")
+
+
+def tool_call_complete(text: str) -> bool:
+    """Whether ``text`` holds a finished tool call: a ``</tool_call>`` closing a ``<tool_call>``, or the ``)``
+    closing a ``name(`` call outside string literals (``<think>`` blocks are not looked at).
+
+    Generation stops there, so a model that would ramble on after its call costs no tokens for it.
+
+    Example:
+        >>> tool_call_complete('search("a (b")'), tool_call_complete('search("a)')
+        (True, False)
+    """
+    visible = _THINK.sub(lambda m: " " * len(m.group()), text)
+    tag = visible.find("<tool_call>")
+    call = _CALL_START.search(visible)
+    if tag >= 0 and (call is None or tag < call.start()):
+        return visible.find("</tool_call>", tag) >= 0
+    if call is None:
+        return False
+    depth, quote, i = 1, "", call.end()
+    while i < len(visible):
+        ch = visible[i]
+        if quote:
+            if ch == "\\":
+                i += 1
+            elif ch == quote:
+                quote = ""
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+            if depth == 0:
+                return True
+        i += 1
+    return False
+
+
+@dataclass
+class AgentStep:
+    """What the model did at one step of one env.
+
+    Attributes:
+        session_id: the session that acted (``info["session_id"]``).
+        prompt_ids: every token the model conditioned on, from the start of the session's context.
+        gen_ids: the tokens it produced (generate) or the chosen candidate's tokens (choose).
+        logprobs: float32, ``log p(gen_ids[k] | prompt_ids + gen_ids[:k])`` under the model at temperature 1,
+            whatever temperature was used to sample.
+        text: the action string returned to the env: the decoded output, less a final eos token.
+        choice_probs: choose mode: the probability of each of ``info["candidates"]`` (sums to 1).
+        choice: choose mode: the index of the chosen candidate.
+        candidate_ids: choose mode: each candidate's token ids (as scored after ``prompt_ids``).
+    """
+
+    session_id: Hashable
+    prompt_ids: list[int]
+    gen_ids: list[int]
+    logprobs: torch.Tensor
+    text: str
+    choice_probs: torch.Tensor | None = None
+    choice: int | None = None
+    candidate_ids: list[list[int]] | None = None
+
+
+@dataclass
+class PackedSequence:
+    """One session (or the part of it whose steps extend each other) as a single training sequence.
+
+    Attributes:
+        ids: the token ids.
+        loss_mask: ``True`` at the tokens the model generated.
+        logprobs: float32, the sampling-time ``log p(ids[j] | ids[:j])`` where ``loss_mask[j]``, else 0.
+        steps: the indices (into the steps given to :func:`pack_session`) whose tokens this sequence holds.
+    """
+
+    ids: list[int]
+    loss_mask: list[bool]
+    logprobs: torch.Tensor
+    steps: list[int] = field(default_factory=list)
+
+
+def pack_session(steps: Sequence[AgentStep]) -> list[PackedSequence]:
+    """A session's steps (in order) as training sequences: usually one, holding every step's generated tokens.
+
+    A step whose ``prompt_ids`` start with the previous step's ``prompt_ids + gen_ids`` extends the same
+    sequence; otherwise (a chat template that rewrote earlier turns, a generation ended by eos) a new one starts.
+
+    Example:
+        >>> lp = torch.tensor([-0.5])
+        >>> a = AgentStep(0, [1, 2], [3], lp, "x")
+        >>> b = AgentStep(0, [1, 2, 3, 4], [5], lp, "y")
+        >>> [(p.ids, p.loss_mask) for p in pack_session([a, b])]
+        [([1, 2, 3, 4, 5], [False, False, True, False, True])]
+    """
+    packed: list[PackedSequence] = []
+    for index, step in enumerate(steps):
+        current = packed[-1] if packed else None
+        if current is None or step.prompt_ids[: len(current.ids)] != current.ids:
+            current = PackedSequence([], [], torch.zeros(0), [])
+            packed.append(current)
+        new_prompt = len(step.prompt_ids) - len(current.ids)
+        current.ids = step.prompt_ids + step.gen_ids
+        current.loss_mask += [False] * new_prompt + [True] * len(step.gen_ids)
+        current.logprobs = torch.cat([current.logprobs, torch.zeros(new_prompt), step.logprobs.float()])
+        current.steps.append(index)
+    return packed
+
+
+@dataclass
+class _Session:
+    """A session's tokens as the agent last saw them, and the keys/values of a prefix of them.
+
+    ``checkpoints`` pairs a text with how many of ``ids`` stand for it, longest first: the prompt and the
+    output as tokens, the prompt and the action returned (no trailing eos), the prompt alone.
+    """
+
+    ids: list[int]
+    checkpoints: list[tuple[str, int]]
+    kv: KV | None
+
+
+@dataclass
+class _Row:
+    """One sequence of a batched forward pass: cached keys/values, then new tokens."""
+
+    kv: KV | None
+    new_ids: list[int]
+
+    @property
+    def past(self) -> int:
+        return 0 if self.kv is None else self.kv[0][0].shape[2]
+
+
+class LLMAgent(Agent):
+    """An agent over a Transformers causal LM and its tokenizer.
+
+    The prompt is the tokenizer's chat template over ``info["messages"]`` when it has one, else the plain
+    transcript of :func:`envs.prompts.render_transcript` (which is the observation string itself).
+
+    Args:
+        model: a causal LM with full attention (Llama, Qwen2, SmolLM2, the tiny models of :mod:`agents.models`).
+        tokenizer: its tokenizer.
+        mode: ``"generate"`` samples an action; ``"choose"`` samples one of ``info["candidates"]`` from the
+            softmax of their log-likelihoods.
+        temperature: sampling temperature; ``0`` is greedy (argmax).
+        max_new_tokens: generation stops here if no tool call ended before.
+        device: where to run; default: the model's device.
+        seed: seeds the sampling generator: the same seed and inputs give the same actions.
+        length_normalize: choose mode: score a candidate by its mean token log-prob instead of the sum.
+        reuse_kv: keep each session's keys/values between steps (off: recompute the whole context each step,
+            over the same tokens; for checking and for models whose cache cannot be sliced).
+        max_score_tokens: choose mode: at most this many cached-plus-new token slots per scoring pass.
+
+    Attributes:
+        last_steps: one :class:`AgentStep` per env of the last :meth:`act_batch` call.
+
+    Example:
+        >>> from agents.models import load_model
+        >>> model, tokenizer = load_model("tiny-1m", texts=["open(1) open(2)"] * 30)
+        >>> agent = LLMAgent(model, tokenizer, mode="choose", temperature=0)
+        >>> info = {"session_id": 0, "messages": [{"role": "user", "content": "Go."}],
+        ...         "candidates": ["open(1)", "open(2)"]}
+        >>> agent.act("", info) in info["candidates"]
+        True
+        >>> round(float(agent.last_steps[0].choice_probs.sum()), 6)
+        1.0
+    """
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        mode: str = "generate",
+        temperature: float = 1.0,
+        max_new_tokens: int = 256,
+        device: str | torch.device | None = None,
+        seed: int = 0,
+        length_normalize: bool = False,
+        reuse_kv: bool = True,
+        max_score_tokens: int = 1 << 16,
+    ) -> None:
+        if mode not in ("generate", "choose"):
+            raise ValueError(f"mode must be 'generate' or 'choose', got {mode!r}")
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.mode = mode
+        self.temperature = temperature
+        self.max_new_tokens = max_new_tokens
+        self.device = torch.device(device) if device is not None else next(model.parameters()).device
+        self.length_normalize = length_normalize
+        self.reuse_kv = reuse_kv
+        self.max_score_tokens = max_score_tokens
+        self.generator = torch.Generator(device=self.device).manual_seed(seed)
+        self.last_steps: list[AgentStep] = []
+        self._sessions: dict[tuple[int, Hashable], _Session] = {}
+        self._chat = bool(getattr(tokenizer, "chat_template", None))
+        self._pad_id = next(i for i in (tokenizer.pad_token_id, tokenizer.eos_token_id, 0) if i is not None)
+        eos = model.generation_config.eos_token_id if model.generation_config is not None else None
+        eos = eos if isinstance(eos, list) else [eos]
+        self._eos_ids = {i for i in (*eos, tokenizer.eos_token_id) if i is not None}
+
+    # --- the Agent protocol ---------------------------------------------------------------------------
+    def reset(self, index: int | None = None) -> None:
+        """Drop the session caches of every env, or of env ``index``."""
+        if index is None:
+            self._sessions.clear()
+        else:
+            self._sessions = {k: s for k, s in self._sessions.items() if k[0] != index}
+
+    def act(self, observation: str, info: dict[str, Any]) -> str:
+        """The action for one env (env index 0 of the caches)."""
+        return self.act_batch([observation], [info])[0]
+
+    @torch.no_grad()
+    def act_batch(self, observations: Sequence[str], infos: Sequence[dict[str, Any]]) -> list[str]:
+        """Actions for a batch of envs (env ``i`` is ``observations[i]``, ``infos[i]``) in one batched pass."""
+        keys = [(i, info.get("session_id")) for i, info in enumerate(infos)]
+        prompts = [self._prompt(obs, info) for obs, info in zip(observations, infos)]
+        rows, prompt_ids = [], []
+        for key, prompt in zip(keys, prompts):
+            ids, kv = self._context(key, prompt)
+            prompt_ids.append(ids)
+            rows.append(_Row(kv, ids[0 if kv is None else kv[0][0].shape[2] :]))
+        if self.mode == "generate":
+            results = self._generate(rows)
+        else:
+            results = self._choose(rows, [self._candidates(info) for info in infos])
+        self.last_steps = []
+        for key, prompt, ids, (step, kv) in zip(keys, prompts, prompt_ids, results):
+            step.session_id, step.prompt_ids = key[1], ids
+            self.last_steps.append(step)
+            checkpoints = [
+                (prompt + self._decode(step.gen_ids), len(ids) + len(step.gen_ids)),
+                (prompt + step.text, len(ids) + len(self._without_eos(step.gen_ids))),
+                (prompt, len(ids)),
+            ]
+            self._sessions[key] = _Session(ids + step.gen_ids, checkpoints, kv if self.reuse_kv else None)
+        return [step.text for step in self.last_steps]
+
+    # --- prompts and session caches -----------------------------------------------------------------
+    def _prompt(self, observation: str, info: dict[str, Any]) -> str:
+        messages = info.get("messages")
+        if messages is None:
+            return observation
+        if self._chat:
+            return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return render_transcript(messages)
+
+    def _encode(self, text: str, first: bool) -> list[int]:
+        # A chat template writes its own special tokens; a bare transcript gets the tokenizer's (e.g. a BOS).
+        return self.tokenizer(text, add_special_tokens=first and not self._chat)["input_ids"]
+
+    def _decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    def _without_eos(self, ids: list[int]) -> list[int]:
+        return ids[:-1] if ids and ids[-1] in self._eos_ids else ids
+
+    def _context(self, key: tuple[int, Hashable], prompt: str) -> tuple[list[int], KV | None]:
+        """The prompt's token ids and the cached keys/values of a prefix of them (at least one id uncached).
+
+        The session's earlier tokens are reused up to the longest checkpoint whose text starts the prompt;
+        only the rest is tokenized. With none (a new session, or earlier turns rewritten), the whole prompt is.
+        """
+        session = self._sessions.get(key)
+        checkpoints = session.checkpoints if session is not None else []
+        reused = next(((text, n) for text, n in checkpoints if prompt.startswith(text)), None)
+        if reused is None:
+            return self._encode(prompt, True), None
+        text, n = reused
+        ids = session.ids[:n] + self._encode(prompt[len(text) :], False)
+        kv = session.kv
+        if kv is not None:
+            # Logits come from the last fed token, so at least one token must be left to feed.
+            keep = min(kv[0][0].shape[2], n, len(ids) - 1)
+            kv = tuple((k[:, :, :keep], v[:, :, :keep]) for k, v in kv) if keep > 0 else None
+        return ids, kv
+
+    # --- batched forward passes -----------------------------------------------------------------------
+    def _forward(
+        self, rows: Sequence[_Row], logits_to_keep: int = 0
+    ) -> tuple[torch.Tensor, DynamicCache, torch.Tensor, torch.Tensor]:
+        """One pass over a batch of rows; returns logits of the new tokens, the cache, the mask and next positions.
+
+        Layout: each row's cached keys/values are right-aligned in the first ``P`` columns and its new tokens
+        right-aligned in the last ``S``; the gap between is masked padding. Position ids are each row's own
+        (cached length onward), so rotary embeddings match an unpadded pass; the causal mask runs over columns.
+        """
+        batch, past = len(rows), max(r.past for r in rows)
+        width = max(len(r.new_ids) for r in rows)
+        input_ids = torch.full((batch, width), self._pad_id, dtype=torch.long)
+        positions = torch.zeros((batch, width), dtype=torch.long)
+        mask = torch.zeros((batch, past + width), dtype=torch.long)
+        for i, row in enumerate(rows):
+            n = len(row.new_ids)
+            input_ids[i, width - n :] = torch.tensor(row.new_ids)
+            positions[i, width - n :] = torch.arange(row.past, row.past + n)
+            mask[i, past - row.past : past] = 1
+            mask[i, past + width - n :] = 1
+        cache = DynamicCache()
+        if past > 0:
+            cache = DynamicCache(ddp_cache_data=self._stack_past(rows, past))
+        mask = mask.to(self.device)
+        out = self.model(
+            input_ids=input_ids.to(self.device),
+            attention_mask=mask,
+            position_ids=positions.to(self.device),
+            cache=cache,
+            use_cache=True,
+            logits_to_keep=logits_to_keep,
+        )
+        next_positions = torch.tensor([r.past + len(r.new_ids) for r in rows], device=self.device)
+        return out.logits, cache, mask, next_positions
+
+    def _stack_past(self, rows: Sequence[_Row], past: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        template = next(r.kv for r in rows if r.kv is not None)
+        layers = []
+        for layer, (k0, v0) in enumerate(template):
+            keys = k0.new_zeros((len(rows), k0.shape[1], past, k0.shape[3]))
+            values = v0.new_zeros((len(rows), v0.shape[1], past, v0.shape[3]))
+            for i, row in enumerate(rows):
+                if row.kv is not None:
+                    keys[i, :, past - row.past :] = row.kv[layer][0][0]
+                    values[i, :, past - row.past :] = row.kv[layer][1][0]
+            layers.append((keys, values))
+        return layers
+
+    @staticmethod
+    def _row_kv(cache: DynamicCache, mask: torch.Tensor, i: int) -> KV:
+        """Row ``i``'s keys/values without its padding: the cache columns where its mask is 1."""
+        columns = mask[i, : cache.layers[0].keys.shape[2]].nonzero().squeeze(1)
+        return tuple(
+            (layer.keys[i : i + 1, :, columns], layer.values[i : i + 1, :, columns]) for layer in cache.layers
+        )
+
+    def _sample(self, scores: torch.Tensor) -> torch.Tensor:
+        """Indices drawn from ``softmax(scores / temperature)`` per row (argmax at temperature 0)."""
+        if self.temperature == 0:
+            return scores.argmax(-1)
+        probs = torch.softmax(scores.double() / self.temperature, -1)
+        return torch.multinomial(probs, 1, generator=self.generator).squeeze(1)
+
+    # --- generate ---------------------------------------------------------------------------------------
+    def _generate(self, rows: Sequence[_Row]) -> list[tuple[AgentStep, KV]]:
+        logits, cache, mask, positions = self._forward(rows, logits_to_keep=1)
+        batch = len(rows)
+        gen: list[list[int]] = [[] for _ in range(batch)]
+        logprobs: list[list[float]] = [[] for _ in range(batch)]
+        active = torch.ones(batch, dtype=torch.bool, device=self.device)
+        for _ in range(self.max_new_tokens):
+            last = logits[:, -1].float()
+            tokens = self._sample(last)
+            token_logprobs = torch.log_softmax(last, -1).gather(1, tokens[:, None]).squeeze(1)
+            for i in active.nonzero().squeeze(1).tolist():
+                token = int(tokens[i])
+                gen[i].append(token)
+                logprobs[i].append(float(token_logprobs[i]))
+                if token in self._eos_ids or tool_call_complete(self._decode(gen[i])) or len(gen[i]) >= self.max_new_tokens:
+                    active[i] = False
+            if not active.any():
+                break
+            # Finished rows feed padding that nothing attends to, so their caches end at their last fed token.
+            feed = torch.where(active, tokens, torch.full_like(tokens, self._pad_id))
+            mask = torch.cat([mask, active.long()[:, None]], dim=1)
+            logits = self.model(
+                input_ids=feed[:, None],
+                attention_mask=mask,
+                position_ids=positions[:, None],
+                cache=cache,
+                use_cache=True,
+            ).logits
+            positions = positions + active.long()
+        results = []
+        for i in range(batch):
+            text = self._decode(self._without_eos(gen[i]))
+            step = AgentStep(None, [], gen[i], torch.tensor(logprobs[i], dtype=torch.float32), text)
+            results.append((step, self._row_kv(cache, mask, i)))
+        return results
+
+    # --- choose -----------------------------------------------------------------------------------------
+    def _candidates(self, info: dict[str, Any]) -> list[str]:
+        candidates = info.get("candidates")
+        if not candidates:
+            raise ValueError("mode='choose' needs info['candidates']: make the env with candidates=True")
+        return list(candidates)
+
+    def _choose(self, rows: Sequence[_Row], candidates: Sequence[Sequence[str]]) -> list[tuple[AgentStep, KV]]:
+        """Score every candidate after its env's prompt, then sample one per env from the softmax of the scores.
+
+        The prompts go through one pass (their last logits score each candidate's first token); the candidates
+        then go through passes over the prompts' caches, as many rows at a time as ``max_score_tokens`` allows.
+        """
+        logits, cache, mask, _ = self._forward(rows, logits_to_keep=1)
+        first_logprobs = torch.log_softmax(logits[:, -1].float(), -1)
+        prompt_kv = [self._row_kv(cache, mask, i) for i in range(len(rows))]
+        del logits, cache
+        cand_ids = [[self._encode(c, False) for c in cands] for cands in candidates]
+        if any(not ids for env_ids in cand_ids for ids in env_ids):
+            raise ValueError("every candidate must be a non-empty action string")
+        pairs = [(e, c) for e, ids in enumerate(cand_ids) for c in range(len(ids))]
+        token_logprobs: dict[tuple[int, int], torch.Tensor] = {}
+        for chunk in self._score_chunks(pairs, prompt_kv, cand_ids):
+            score_rows = [_Row(prompt_kv[e], cand_ids[e][c]) for e, c in chunk]
+            chunk_logits, *_ = self._forward(score_rows)
+            chunk_logprobs = torch.log_softmax(chunk_logits.float(), -1)
+            for j, (e, c) in enumerate(chunk):
+                ids = torch.tensor(cand_ids[e][c], device=self.device)
+                n = len(ids)
+                # Column -n+k of the row predicts its token k+1; the prompt's last logits predict token 0.
+                rest = chunk_logprobs[j, chunk_logits.shape[1] - n : -1].gather(1, ids[1:, None]).squeeze(1)
+                token_logprobs[(e, c)] = torch.cat([first_logprobs[e, ids[:1]], rest]).cpu()
+        results = []
+        for e, ids in enumerate(cand_ids):
+            lps = [token_logprobs[(e, c)] for c in range(len(ids))]
+            scores = torch.stack([lp.sum() / (len(lp) if self.length_normalize else 1) for lp in lps]).double()
+            if self.temperature == 0:
+                probs = torch.nn.functional.one_hot(scores.argmax(), len(scores)).double()
+            else:
+                probs = torch.softmax(scores / self.temperature, -1)
+            choice = int(self._sample(scores[None].to(self.device))[0])
+            step = AgentStep(
+                None, [], ids[choice], lps[choice].float(), candidates[e][choice], probs, choice, ids
+            )
+            # The cache covers the prompt; the chosen candidate's tokens are fed with the next step's suffix.
+            results.append((step, prompt_kv[e]))
+        return results
+
+    def _score_chunks(
+        self, pairs: list[tuple[int, int]], prompt_kv: Sequence[KV], cand_ids: Sequence[Sequence[list[int]]]
+    ) -> list[list[tuple[int, int]]]:
+        """Group (env, candidate) pairs so each group's padded size ``rows * (past + new)`` fits the budget."""
+        chunks: list[list[tuple[int, int]]] = []
+        past = new = 0
+        for e, c in pairs:
+            p, n = prompt_kv[e][0][0].shape[2], len(cand_ids[e][c])
+            grown = (len(chunks[-1]) + 1) * (max(past, p) + max(new, n)) if chunks else None
+            if grown is None or grown > self.max_score_tokens:
+                chunks.append([])
+                past = new = 0
+            chunks[-1].append((e, c))
+            past, new = max(past, p), max(new, n)
+        return chunks

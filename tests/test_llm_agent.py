@@ -1,0 +1,308 @@
+"""LLMAgent: exact log-probs, batching and KV-cache reuse that change nothing, candidate choice, seeding."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from agents.llm import AgentStep, LLMAgent, pack_session, tool_call_complete
+from agents.models import build_tiny_model, train_tokenizer
+from envs.prompts import render_transcript
+
+NAMES = ["Edra Vane", "Tolis Marr", "Ikel Osk", "Varn Holt", "Oskarde", "Mira Quell"]
+SYSTEM = "You browse an offline encyclopedia. Call one tool per turn."
+
+
+def _texts() -> list[str]:
+    lines = []
+    for i, a in enumerate(NAMES):
+        for j, b in enumerate(NAMES):
+            lines.append(f'Question: where was {a} born? search("{a}") open({i + j + 1}) answer("{b}")')
+            lines.append(f"[Search results for {a}]\n{j + 1}. {b} /wiki/{b.replace(' ', '_')}")
+    return lines * 8
+
+
+def _messages(question: str, turns: list[tuple[str, str]] = ()) -> list[dict[str, str]]:
+    """A session's messages as the env writes them: system, task, then (action, tool result) pairs."""
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"Question: {question}"}]
+    for action, result in turns:
+        messages += [{"role": "assistant", "content": action}, {"role": "user", "content": result}]
+    return messages
+
+
+def _info(messages, session_id=0, **extra):
+    return {"session_id": session_id, "messages": messages, **extra}
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """A 1M-parameter model, overfit for a few seconds to answer the first question with a search call."""
+    torch.set_num_threads(1)
+    tokenizer = train_tokenizer(_texts(), vocab_size=600)
+    model = build_tiny_model(tokenizer, "1m", seed=0)
+    target = render_transcript(_messages("where was Edra Vane born?")) + 'search("Edra Vane") and more text here'
+    ids = torch.tensor([tokenizer.encode(target)])
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    model.train()
+    for _ in range(150):
+        loss = model(ids, labels=ids).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if loss.item() < 0.02:
+            break
+    return model.eval(), tokenizer
+
+
+def _reference_logprobs(model, step: AgentStep) -> torch.Tensor:
+    """log p(gen_ids | prompt) from one plain forward pass over the whole unpadded sequence."""
+    with torch.no_grad():
+        logits = model(torch.tensor([step.prompt_ids + step.gen_ids])).logits[0].float()
+    n = len(step.prompt_ids)
+    return torch.log_softmax(logits[n - 1 : -1], -1).gather(1, torch.tensor(step.gen_ids)[:, None]).squeeze(1)
+
+
+def _run_sessions(agent, questions, steps, result=lambda k: f"[Result {k}]\n1. Edra Vane /wiki/Edra_Vane"):
+    """Drive one session per env for ``steps`` steps, appending each action and a tool result like the env does."""
+    turns = [[] for _ in questions]
+    history = []
+    for k in range(steps):
+        messages = [_messages(q, t) for q, t in zip(questions, turns)]
+        actions = agent.act_batch([render_transcript(m) for m in messages], [_info(m) for m in messages])
+        history.append(list(agent.last_steps))
+        for t, action in zip(turns, actions):
+            t.append((action, result(k)))
+    return history
+
+
+def test_generation_stops_at_the_end_of_the_tool_call(tiny):
+    model, tokenizer = tiny
+    agent = LLMAgent(model, tokenizer, temperature=0, max_new_tokens=30)
+    messages = _messages("where was Edra Vane born?")
+    assert agent.act(render_transcript(messages), _info(messages)) == 'search("Edra Vane")'
+
+
+@pytest.mark.parametrize(
+    "text, complete",
+    [
+        ('search("Edra Vane")', True),
+        ('search("Edra (Vane")', True),
+        ('search("Edra Vane)', False),
+        ('search("a \\" )")', True),
+        ("I will open(3", False),
+        ('<tool_call>{"name": "open", "arguments": {"target": 3}}', False),
+        ('<tool_call>{"name": "open", "arguments": {"target": 3}}</tool_call>', True),
+        ('<think>search("x")</think> answer(', False),
+        ("no call at all (really)", False),
+    ],
+)
+def test_tool_call_complete(text, complete):
+    assert tool_call_complete(text) is complete
+
+
+def test_logprobs_equal_a_fresh_forward_pass(tiny):
+    model, tokenizer = tiny
+    agent = LLMAgent(model, tokenizer, temperature=1.0, max_new_tokens=12, seed=3)
+    questions = ["where was Edra Vane born?", "who taught Tolis Marr, and where did Ikel Osk work?", "Oskarde?"]
+    history = _run_sessions(agent, questions, steps=3)
+    for steps in history:
+        for step in steps:
+            assert step.logprobs.dtype == torch.float32 and len(step.logprobs) == len(step.gen_ids) > 0
+            torch.testing.assert_close(step.logprobs, _reference_logprobs(model, step), atol=1e-4, rtol=0)
+
+
+def test_greedy_batched_equals_unbatched(tiny):
+    model, tokenizer = tiny
+    questions = ["where was Edra Vane born?", "which museum holds the works of Mira Quell?", "Varn Holt?"]
+    batched = _run_sessions(LLMAgent(model, tokenizer, temperature=0, max_new_tokens=10), questions, steps=2)
+    for i, question in enumerate(questions):
+        alone = _run_sessions(LLMAgent(model, tokenizer, temperature=0, max_new_tokens=10), [question], steps=2)
+        for k in range(2):
+            assert alone[k][0].text == batched[k][i].text
+            assert alone[k][0].gen_ids == batched[k][i].gen_ids
+
+
+def _count_fed_tokens(model):
+    fed = []
+    handle = model.get_input_embeddings().register_forward_hook(lambda m, args, out: fed.append(args[0].numel()))
+    return fed, handle
+
+
+def test_kv_cache_reuse_equals_recomputing(tiny):
+    model, tokenizer = tiny
+    questions = ["where was Edra Vane born?", "where was Ikel Osk born?"]
+    runs = {}
+    for reuse in (True, False):
+        fed, handle = _count_fed_tokens(model)
+        agent = LLMAgent(model, tokenizer, temperature=0, max_new_tokens=8, reuse_kv=reuse)
+        runs[reuse] = (_run_sessions(agent, questions, steps=4), sum(fed))
+        handle.remove()
+    (cached, fed_cached), (recomputed, fed_recomputed) = runs[True], runs[False]
+    for k in range(4):
+        for a, b in zip(cached[k], recomputed[k]):
+            assert (a.prompt_ids, a.gen_ids, a.text) == (b.prompt_ids, b.gen_ids, b.text)
+    assert fed_cached < fed_recomputed / 2
+    # The session's tokens only grow: each step's prompt starts with the last step's prompt and output.
+    first, second = cached[0][0], cached[1][0]
+    assert first.text == 'search("Edra Vane")'
+    assert second.prompt_ids[: len(first.prompt_ids) + len(first.gen_ids)] == first.prompt_ids + first.gen_ids
+
+
+def test_rewritten_history_is_recomputed_from_scratch(tiny):
+    model, tokenizer = tiny
+    agent = LLMAgent(model, tokenizer, temperature=0, max_new_tokens=8)
+    messages = _messages("where was Edra Vane born?", [("open(1)", "[Page]\nEdra Vane was born in Oskarde.")])
+    agent.act(render_transcript(messages), _info(messages))
+    rewritten = _messages("where was Edra Vane born?", [("open(2)", "[Page]\nEdra Vane was born in Oskarde.")])
+    action = agent.act(render_transcript(rewritten), _info(rewritten))
+    fresh = LLMAgent(model, tokenizer, temperature=0, max_new_tokens=8)
+    assert action == fresh.act(render_transcript(rewritten), _info(rewritten))
+    assert agent.last_steps[0].prompt_ids == tokenizer.encode(render_transcript(rewritten))
+
+
+def test_reuse_stops_where_the_env_context_departs_from_the_agents_output(tiny):
+    """The same observation twice, then an action the env recorded differently: cached tokens past the
+    point where the texts differ must not be used."""
+    model, tokenizer = tiny
+    agent = LLMAgent(model, tokenizer, temperature=0, max_new_tokens=8)
+    messages = _messages("where was Edra Vane born?")
+    first = agent.act(render_transcript(messages), _info(messages))
+    assert agent.act(render_transcript(messages), _info(messages)) == first
+    edited = _messages("where was Edra Vane born?", [(first + " ", "[Result]\n1. Oskarde /wiki/Oskarde")])
+    agent.act(render_transcript(edited), _info(edited))
+    step = agent.last_steps[0]
+    fresh = LLMAgent(model, tokenizer, temperature=0, max_new_tokens=8)
+    fresh.act(render_transcript(edited), _info(edited))
+    assert step.prompt_ids == fresh.last_steps[0].prompt_ids and step.gen_ids == fresh.last_steps[0].gen_ids
+    torch.testing.assert_close(step.logprobs, _reference_logprobs(model, step), atol=1e-4, rtol=0)
+
+
+def test_eos_ends_the_output_and_is_left_out_of_the_action(tiny):
+    model, tokenizer = tiny
+    messages = _messages("where was Edra Vane born?")
+    first_token = tokenizer.encode("search")[0]
+    saved = model.generation_config.eos_token_id
+    model.generation_config.eos_token_id = first_token  # the greedy first token now ends generation
+    try:
+        agent = LLMAgent(model, tokenizer, temperature=0, max_new_tokens=8)
+    finally:
+        model.generation_config.eos_token_id = saved
+    assert agent.act(render_transcript(messages), _info(messages)) == ""
+    first = agent.last_steps[0]
+    assert first.gen_ids == [first_token]
+    after = _messages("where was Edra Vane born?", [("", "[Error] no tool call found")])
+    agent.act(render_transcript(after), _info(after))
+    second = agent.last_steps[0]
+    # The eos was generated but is not in the context that follows, so the session packs into two sequences.
+    assert second.prompt_ids[: len(first.prompt_ids)] == first.prompt_ids
+    assert [p.steps for p in pack_session([first, second])] == [[0], [1]]
+    torch.testing.assert_close(second.logprobs, _reference_logprobs(model, second), atol=1e-4, rtol=0)
+
+
+def test_a_fork_keeps_its_parents_cache(tiny):
+    """Parent (session 0) acts, a child (session 1) acts twice, then the parent resumes on its grown context."""
+    model, tokenizer = tiny
+    parent = _messages("where was Edra Vane born?")
+    child = _messages("sub-question: who is Edra Vane?")
+    result_text = "[Subagent result]\nEdra Vane is a painter."
+    steps = {}
+    for reuse in (True, False):
+        agent = LLMAgent(model, tokenizer, temperature=0, max_new_tokens=8, reuse_kv=reuse)
+        first = agent.act(render_transcript(parent), _info(parent, 0))
+        parent_step = agent.last_steps[0]
+        child_action = agent.act(render_transcript(child), _info(child, 1))
+        child_more = child + [{"role": "assistant", "content": child_action}, {"role": "user", "content": "ok"}]
+        agent.act(render_transcript(child_more), _info(child_more, 1))
+        resumed = parent + [{"role": "assistant", "content": first}, {"role": "user", "content": result_text}]
+        agent.act(render_transcript(resumed), _info(resumed, 0))
+        steps[reuse] = (parent_step, agent.last_steps[0])
+    (parent_step, resumed_step), (_, recomputed_step) = steps[True], steps[False]
+    assert resumed_step.prompt_ids[: len(parent_step.prompt_ids)] == parent_step.prompt_ids
+    assert resumed_step.gen_ids == recomputed_step.gen_ids
+    torch.testing.assert_close(resumed_step.logprobs, _reference_logprobs(model, resumed_step), atol=1e-4, rtol=0)
+
+
+def test_reset_drops_the_caches(tiny):
+    model, tokenizer = tiny
+    agent = LLMAgent(model, tokenizer, temperature=0, max_new_tokens=4)
+    messages = _messages("where was Edra Vane born?")
+    agent.act_batch([render_transcript(messages)] * 2, [_info(messages)] * 2)
+    agent.reset(0)
+    fed, handle = _count_fed_tokens(model)
+    agent.act_batch([render_transcript(messages)] * 2, [_info(messages)] * 2)
+    handle.remove()
+    # Env 0 re-reads its whole prompt; env 1 re-feeds only its last token.
+    assert fed[0] == 2 * len(agent.last_steps[0].prompt_ids)
+    agent.reset()
+    assert not agent._sessions
+
+
+def test_same_seed_same_actions(tiny):
+    model, tokenizer = tiny
+    questions = ["where was Tolis Marr born?", "Mira Quell?"]
+
+    def texts(seed):
+        agent = LLMAgent(model, tokenizer, temperature=1.5, max_new_tokens=10, seed=seed)
+        return [[s.text for s in steps] for steps in _run_sessions(agent, questions, steps=2)]
+
+    assert texts(7) == texts(7)
+    assert texts(7) != texts(8)
+
+
+def test_choose_scores_candidates_by_likelihood(tiny):
+    model, tokenizer = tiny
+    messages = _messages("where was Edra Vane born?")
+    candidates = ['search("Edra Vane")', 'search("Tolis Marr")', "open(3)", 'answer("Oskarde")', "scroll(\"down\")"]
+    info = _info(messages, candidates=candidates)
+    agent = LLMAgent(model, tokenizer, mode="choose", temperature=1.0, seed=0)
+    action = agent.act(render_transcript(messages), info)
+    step = agent.last_steps[0]
+    assert action == candidates[step.choice] and step.text == action
+    assert float(step.choice_probs.sum()) == pytest.approx(1.0, abs=1e-9)
+    likelihoods = []
+    for ids in step.candidate_ids:
+        reference = AgentStep(0, step.prompt_ids, ids, torch.zeros(len(ids)), "")
+        likelihoods.append(float(_reference_logprobs(model, reference).sum()))
+    order = sorted(range(len(candidates)), key=lambda c: likelihoods[c])
+    assert sorted(range(len(candidates)), key=lambda c: float(step.choice_probs[c])) == order
+    torch.testing.assert_close(step.logprobs, _reference_logprobs(model, step), atol=1e-4, rtol=0)
+    greedy = LLMAgent(model, tokenizer, mode="choose", temperature=0)
+    assert greedy.act(render_transcript(messages), info) == candidates[order[-1]] == 'search("Edra Vane")'
+
+
+def test_choose_batches_envs_and_small_score_budgets_agree(tiny):
+    model, tokenizer = tiny
+    prompts = [_messages("where was Edra Vane born?"), _messages("a longer question about Mira Quell and Varn Holt?")]
+    infos = [_info(prompts[0], candidates=["open(1)", 'answer("Oskarde")']),
+             _info(prompts[1], candidates=['search("Mira Quell")', "open(2)", 'find("born")'])]
+    observations = [render_transcript(m) for m in prompts]
+    probs = []
+    for budget in (1 << 16, 40):
+        agent = LLMAgent(model, tokenizer, mode="choose", length_normalize=True, max_score_tokens=budget)
+        agent.act_batch(observations, infos)
+        probs.append([s.choice_probs for s in agent.last_steps])
+    for a, b in zip(*probs):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+
+
+def test_choose_without_candidates_says_how_to_get_them(tiny):
+    model, tokenizer = tiny
+    messages = _messages("x?")
+    with pytest.raises(ValueError, match="candidates=True"):
+        LLMAgent(model, tokenizer, mode="choose").act(render_transcript(messages), _info(messages))
+
+
+def test_pack_session_rebuilds_one_sequence_with_generated_tokens_masked(tiny):
+    model, tokenizer = tiny
+    agent = LLMAgent(model, tokenizer, temperature=1.0, max_new_tokens=6, seed=1)
+    history = _run_sessions(agent, ["where was Edra Vane born?"], steps=3)
+    steps = [h[0] for h in history]
+    (packed,) = pack_session(steps)
+    last = steps[-1]
+    assert packed.ids == last.prompt_ids + last.gen_ids and packed.steps == [0, 1, 2]
+    masked = [j for j, m in enumerate(packed.loss_mask) if m]
+    assert [packed.ids[j] for j in masked] == [t for s in steps for t in s.gen_ids]
+    with torch.no_grad():
+        logits = model(torch.tensor([packed.ids])).logits[0].float()
+    fresh = torch.log_softmax(logits[:-1], -1).gather(1, torch.tensor(packed.ids[1:])[:, None]).squeeze(1)
+    torch.testing.assert_close(packed.logprobs[masked], fresh[[j - 1 for j in masked]], atol=1e-4, rtol=0)
