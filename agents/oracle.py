@@ -36,7 +36,7 @@ from envs.backends import TextBackend
 from envs.web.browser import CHUNK_TOKENS, PageView
 from envs.web.site import GoldStep, Site, Task
 
-from .base import Agent
+from .base import Agent, step_rng
 
 
 @dataclass
@@ -63,7 +63,7 @@ class OracleAgent(Agent):
         error_rate: probability of a plausible wrong action at a step.
         session_max_tokens: the window, when a site is given instead of an env.
         chunk_tokens: the env's chunk size, when a site is given instead of an env.
-        seed: seeds the errors.
+        seed: seeds the errors (per step in a ``Collector`` run: :func:`agents.base.step_rng`).
     """
 
     def __init__(self, env_or_site: Any, compact_at: float | None = None, fork: bool = False,
@@ -102,7 +102,8 @@ class OracleAgent(Agent):
         return self.act_batch([observation], [info])[0]
 
     def act_batch(self, observations, infos) -> list[str]:
-        return [self._act(i, info) for i, info in enumerate(infos)]
+        # Plans follow the env (its pool slot), not its place in this batch: finished envs leave the batch.
+        return [self._act(info.get("env_index", i), info) for i, info in enumerate(infos)]
 
     # ------------------------------------------------------------------------------------------------
     def _act(self, index: int, info: dict[str, Any]) -> str:
@@ -116,8 +117,9 @@ class OracleAgent(Agent):
         last = info["messages"][-1]["content"] if info.get("messages") else ""
         if last.startswith("[Context full"):
             return self._compact(plan, plans, sid)
-        if self.error_rate and self.rng.random() < self.error_rate:
-            return self._mistake(plan)
+        rng = step_rng(self.seed, info) or self.rng
+        if self.error_rate and rng.random() < self.error_rate:
+            return self._mistake(plan, rng)
         if self.compact_at is not None and info.get("context_tokens", 0) > self.compact_at * self.session_max_tokens \
                 and plan.done > 0:
             return self._compact(plan, plans, sid)
@@ -216,15 +218,15 @@ class OracleAgent(Agent):
         summary = f"Facts found so far: {found} Progress: {plan.done} of {len(plan.steps)} research steps done."
         return format_action("compact", summary)
 
-    def _mistake(self, plan: _Plan) -> str:
+    def _mistake(self, plan: _Plan, rng: np.random.Generator) -> str:
         view = plan.page
-        choice = int(self.rng.integers(3))
+        choice = int(rng.integers(3))
         if choice == 0 and view is not None and view.links:
-            link = view.links[int(self.rng.integers(len(view.links)))]
+            link = view.links[int(rng.integers(len(view.links)))]
             plan.page, plan.chunk = self.browser.view(link.url), 0
             return format_action("open", link.number)
         if choice == 1:
             words = plan.task.question.split()
-            query = words[int(self.rng.integers(len(words)))].strip("?,.")
+            query = words[int(rng.integers(len(words)))].strip("?,.")
             return self._show(plan, self.site.search_url(query), format_action("search", query))
         return "I am not sure what to do next."

@@ -16,7 +16,7 @@ import numpy as np
 
 from envs.actions import format_action
 
-from .base import Agent
+from .base import Agent, step_rng
 
 _WORD = re.compile(r"[A-Z][a-z]{2,}(?: [A-Z][a-z]{2,})?")
 
@@ -25,7 +25,9 @@ class RandomAgent(Agent):
     """Uniform over the candidates when the env offers them; otherwise a random call built from the context.
 
     Args:
-        seed: seeds its choices; ``reset()`` restarts the stream, so runs repeat exactly.
+        seed: seeds its choices; ``reset()`` restarts the stream, so runs repeat exactly. In a ``Collector``
+            run each step draws from its own generator (:func:`agents.base.step_rng`), so an episode's
+            choices do not depend on what else shares the batch or on its budget.
         compact_prob, fork_prob: chances of a compact or fork call when choosing freely.
     """
 
@@ -40,19 +42,20 @@ class RandomAgent(Agent):
             self.rng = np.random.default_rng(self.seed)
 
     def act(self, observation: str, info: dict[str, Any]) -> str:
+        rng = step_rng(self.seed, info) or self.rng
         candidates = info.get("candidates")
         if candidates:
-            return candidates[int(self.rng.integers(len(candidates)))]
+            return candidates[int(rng.integers(len(candidates)))]
         words = _WORD.findall(observation[-4000:]) or ["Question"]
-        word = words[int(self.rng.integers(len(words)))]
-        r = self.rng.random()
+        word = words[int(rng.integers(len(words)))]
+        r = rng.random()
         if r < self.compact_prob:
             return format_action("compact", f"So far I have seen {word}.")
         if r < self.compact_prob + self.fork_prob:
             return format_action("fork", f"Find out about {word}.")
-        tool = ("search", "open", "scroll", "find", "answer", "finish")[int(self.rng.integers(6))]
+        tool = ("search", "open", "scroll", "find", "answer", "finish")[int(rng.integers(6))]
         if tool == "open":
-            return format_action("open", int(self.rng.integers(1, 11)))
+            return format_action("open", int(rng.integers(1, 11)))
         if tool == "scroll":
-            return format_action("scroll", "down" if self.rng.random() < 0.7 else "up")
+            return format_action("scroll", "down" if rng.random() < 0.7 else "up")
         return format_action(tool, word)

@@ -6,7 +6,9 @@ env snapshots at session boundaries, so Mosaic can branch continuations from the
 
 The collector steps many envs at once and asks the agent for all their actions in one ``act_batch`` call.
 Each env's info carries ``env_index`` (its slot in the pool), so an agent that keeps per-env state (an
-``LLMAgent``'s KV caches) can tell envs apart while finished envs drop out of the batch.
+``LLMAgent``'s KV caches) can tell envs apart while finished envs drop out of the batch, and
+``episode_seed`` (the request's reset seed), so an agent can draw an episode's randomness from it and repeat
+the episode exactly whatever else shares the batch.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ class Trajectory:
     tree: dict[str, Any]
     steps: dict[int, list[Any]] = field(default_factory=dict)  # session id -> the agent's steps in it
     snapshots: dict[str, dict[int, Any]] = field(default_factory=dict)
+    # info["num_sessions"] after each step: how many sessions the run had used by any step T.
+    sessions_by_step: list[int] = field(default_factory=list)
 
     @property
     def session_ids(self) -> list[int]:
@@ -128,7 +132,7 @@ class Collector:
         obs, info = env.reset(seed=request.seed, options=request.options)
         if hasattr(agent, "reset"):
             agent.reset(slot)
-        info = {**info, "env_index": slot}
+        info = {**info, "env_index": slot, "episode_seed": request.seed}
         traj = Trajectory(group=request.group, task_id=info["task_id"], budget=info["max_steps"], reward=0.0,
                           tree={}, snapshots={"session_start": {}, "fork_before": {}, "fork_after": {}})
         if record_snapshots:
@@ -145,7 +149,8 @@ class Collector:
         if record_snapshots and _is_fork(action):
             before = env.unwrapped.snapshot()
         obs, reward, terminated, truncated, info = env.step(action)
-        info = {**info, "env_index": slot}
+        info = {**info, "env_index": slot, "episode_seed": run["info"]["episode_seed"]}
+        traj.sessions_by_step.append(info["num_sessions"])
         now = info["session_id"]
         if record_snapshots and not (terminated or truncated):
             if now != acting and info["session_kind"] == "fork" and info["parent_id"] == acting and before:
