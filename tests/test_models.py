@@ -1,0 +1,128 @@
+"""Model building and loading: the tiny tokenizer's guarantees, tiny model presets, save/load, SmolLM2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+
+from agents.llm import LLMAgent
+from agents.models import (
+    EOS_TOKEN,
+    TINY_SIZES,
+    build_tiny_model,
+    load_model,
+    load_smollm2,
+    make_tiny,
+    train_tokenizer,
+)
+from envs.prompts import ROLE_TAG, render_transcript
+
+TEXTS = [
+    f'Edra Vane (born {1850 + i}) was a painter from Oskarde. search("Edra Vane") open({i % 9 + 1})'
+    for i in range(200)
+] + ["Tolis Marr taught Ikel Osk at the Varnholt Institute."] * 100
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    torch.set_num_threads(1)
+    return train_tokenizer(TEXTS, vocab_size=500)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'search("Edra Vane")',
+        "<|system|>\nYou browse.\n<|user|>\nQuestion: where?\n<|assistant|>\n",
+        "  two  spaces,\ttabs\n\n\nand blank lines  ",
+        "accents: Édra Vañe, Zürich; CJK: 北京; emoji: 🙂; unseen bytes \x00\x7f",
+        f"ends with eos{EOS_TOKEN}",
+    ],
+)
+def test_tokenizer_round_trips_any_text(tokenizer, text):
+    ids = tokenizer.encode(text)
+    assert tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False) == text
+
+
+@pytest.mark.parametrize("context", [" ", '("', "\n", "(", "[1] "])
+def test_a_word_is_the_same_tokens_wherever_it_appears(tokenizer, context):
+    word = tokenizer.encode("Edra Vane")
+    in_context = tokenizer.encode(context + "Edra Vane")
+    assert in_context[len(in_context) - len(word) :] == word
+    assert tokenizer.encode(context) == in_context[: len(in_context) - len(word)]
+
+
+def test_role_tags_and_eos_are_single_special_tokens(tokenizer):
+    for tag in (*ROLE_TAG.values(), EOS_TOKEN):
+        assert len(tokenizer.encode(tag)) == 1
+        assert tokenizer.encode(f"x{tag}y")[1] == tokenizer.convert_tokens_to_ids(tag)
+    assert tokenizer.eos_token == tokenizer.pad_token == EOS_TOKEN
+    assert tokenizer.chat_template is None  # LLMAgent then prompts with envs.prompts.render_transcript
+
+
+def test_tiny_sizes_are_about_their_names(tokenizer):
+    expected = {"1m": 1e6, "3m": 3e6, "10m": 10e6}
+    big = train_tokenizer(TEXTS * 3 + [str(i) for i in range(3000)], vocab_size=2000)
+    assert len(big) == 2000
+    for size in TINY_SIZES:
+        model = build_tiny_model(big, size)
+        assert 0.75 * expected[size] < model.num_parameters() < 1.35 * expected[size]
+        assert model.dtype == torch.float32
+
+
+def test_tiny_model_seed_decides_the_weights(tokenizer):
+    a, b, c = (build_tiny_model(tokenizer, "1m", seed=s) for s in (0, 0, 1))
+    assert torch.equal(a.lm_head.weight, b.lm_head.weight)
+    assert not torch.equal(a.lm_head.weight, c.lm_head.weight)
+    with pytest.raises(ValueError, match="1m"):
+        build_tiny_model(tokenizer, "7m")
+
+
+def test_make_tiny_saves_what_from_pretrained_loads(tmp_path):
+    model, tokenizer = make_tiny(tmp_path, TEXTS, size="1m", seed=3, vocab_size=400)
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path)
+    loaded_tokenizer = PreTrainedTokenizerFast.from_pretrained(tmp_path)
+    text = render_transcript([{"role": "user", "content": 'where was Edra Vane born? search("Edra Vane")'}])
+    ids = torch.tensor([tokenizer.encode(text)])
+    assert loaded_tokenizer.encode(text) == ids[0].tolist()
+    assert loaded_tokenizer.eos_token_id == tokenizer.eos_token_id
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(ids).logits, model(ids).logits, atol=0, rtol=0)
+    via_spec, spec_tokenizer = load_model(str(tmp_path))
+    assert type(spec_tokenizer) is PreTrainedTokenizerFast
+    assert spec_tokenizer.encode(text) == ids[0].tolist()
+    assert via_spec.dtype == torch.float32
+    assert json.loads((tmp_path / "config.json").read_text())["model_type"] == "llama"
+
+
+def test_load_model_builds_tiny_presets():
+    model, tokenizer = load_model("tiny-3m", texts=TEXTS)
+    assert model.config.hidden_size == TINY_SIZES["3m"]["hidden_size"]
+    assert model.config.vocab_size == len(tokenizer)
+    again, _ = load_model("tiny-3m", texts=TEXTS)
+    assert torch.equal(model.lm_head.weight, again.lm_head.weight)
+
+
+def test_smollm2_loads_offline_and_keeps_its_chat_template_append_only():
+    """Needs the ``smollm2`` extra (part of the README setup): a missing package fails here, naming the fix."""
+    torch.set_num_threads(1)
+    model, tokenizer = load_smollm2()
+    assert model.config.model_type == "llama" and 130e6 < model.num_parameters() < 140e6
+    assert tokenizer.chat_template
+    agent = LLMAgent(model, tokenizer, temperature=0, max_new_tokens=3)
+    messages = [{"role": "system", "content": "Call one tool."}, {"role": "user", "content": "Question: Oskarde?"}]
+    first_action = agent.act(render_transcript(messages), {"session_id": 0, "messages": messages})
+    first = agent.last_steps[0]
+    messages += [{"role": "assistant", "content": first_action}, {"role": "user", "content": "[No results]"}]
+    agent.act(render_transcript(messages), {"session_id": 0, "messages": messages})
+    second = agent.last_steps[0]
+    # The template only appends, so the second step reuses the first step's tokens and cache.
+    assert second.prompt_ids[: len(first.prompt_ids) + len(first.gen_ids)] == first.prompt_ids + first.gen_ids
+    with torch.no_grad():
+        logits = model(torch.tensor([second.prompt_ids + second.gen_ids])).logits[0].float()
+    n = len(second.prompt_ids)
+    fresh = torch.log_softmax(logits[n - 1 : -1], -1).gather(1, torch.tensor(second.gen_ids)[:, None]).squeeze(1)
+    torch.testing.assert_close(second.logprobs, fresh, atol=1e-3, rtol=0)
