@@ -19,6 +19,11 @@ from .web.browser import CHUNK_TOKENS, PageView, html_to_view
 from .web.site import Site
 
 
+class BrowserCrashed(RuntimeError):
+    """The backend's browser failed and could not be brought back; the env truncates the episode with reason
+    ``"browser_crashed"``."""
+
+
 class Backend:
     """What the env needs from a browser: a page view by URL, and ``close()``."""
 
@@ -29,7 +34,11 @@ class Backend:
         self.chunk_tokens = chunk_tokens
 
     def view(self, url: str) -> PageView | None:
-        """The page at ``url`` (site path, optional query), or ``None`` when there is none."""
+        """The page at ``url`` (site path, optional query), or ``None`` when there is none.
+
+        Raises:
+            BrowserCrashed: a browser-backed backend lost its browser for good.
+        """
         raise NotImplementedError
 
     def new_episode(self) -> None:

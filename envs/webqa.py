@@ -30,7 +30,7 @@ import gymnasium as gym
 import numpy as np
 
 from .actions import TOOL_ARGS, Action, ActionError, format_action, parse_action
-from .backends import Backend, make_backend
+from .backends import Backend, BrowserCrashed, make_backend
 from .prompts import ROLE_TAG, budget_note, render_transcript, system_prompt, task_message
 from .spaces import AnyText
 from .tokens import TokenCounter, approx_tokens
@@ -241,6 +241,9 @@ class WebQAEnv(gym.Env[str, str]):
         except ActionError as err:
             error = str(err)
             self._tool_result(session, f"Error: {error}")
+        except BrowserCrashed:
+            # The backend already restarted its browser once and failed again: this episode cannot go on.
+            truncation = "browser_crashed"
         if not terminated and truncation is None:
             truncation = self._check_limits()
         info = self._info(acted=session, error=error)

@@ -1,0 +1,270 @@
+"""Benchmark the Playwright backend: env step latency beside the bare cost of showing the same page, and memory.
+
+One run, one Chromium. The env (``backend="playwright"``) steps through a scripted sequence of actions
+(search, open a result, scroll, find, open a link, search again, open, answer; then the next episode). After
+every step that showed a page, the same page is shown twice more in a bare browser context of the same
+browser, interleaved so both see the same machine load: ``page.goto`` with a route that fulfils the
+pre-rendered HTML, and ``page.set_content(html)``; both wait for ``load`` as the backend does. The text
+backend runs the same script for reference. Memory: the summed RSS (and PSS) of this process and every
+process it started (Playwright's driver and Chromium), read from ``/proc``, with 1 env and with N envs
+sharing the browser.
+
+Prints one JSON object (and writes it to ``--out``).
+
+Usage:
+    python bench/bench_playwright.py                 # builtin site of 500 entities, 240 steps, 1 vs 5 envs
+    python bench/bench_playwright.py --quick         # 150 entities, 48 steps, 1 vs 3 envs
+    python bench/bench_playwright.py --site tests/fixtures/corpus_html --out bench_playwright.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import gymnasium as gym  # noqa: E402
+
+import envs  # noqa: E402, F401  (registers the environments)
+from envs.actions import format_action  # noqa: E402
+from envs.playwright_backend import ORIGIN, PlaywrightBackend, child_processes  # noqa: E402
+from envs.web.site import Task  # noqa: E402
+
+ENV_ID = "mosaic/WebQA-Single-v0"
+PACKAGES = ("playwright", "gymnasium", "lxml")
+TARGET_RATIO = 1.5
+TARGET_MIB_PER_ENV = 100
+MIB = 1024 * 1024
+
+
+def machine() -> dict[str, Any]:
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(),
+            "packages": versions}
+
+
+def script(task: Task) -> list[str]:
+    """One episode's actions: five of the eight show a page; the last answers, ending the episode."""
+    query = task.search_queries[0] if task.search_queries else task.question
+    return [
+        format_action("search", query),
+        format_action("open", 1),
+        format_action("scroll", "down"),
+        format_action("find", query.split()[0]),
+        format_action("open", 2),
+        format_action("search", f"{query} history"),
+        format_action("open", 2),
+        format_action("answer", "I do not know"),
+    ]
+
+
+class Recorder:
+    """Wraps a backend's ``view`` to remember which urls a step showed."""
+
+    def __init__(self, backend: Any):
+        self.urls: list[str] = []
+        self._view = backend.view
+        backend.view = self.view
+
+    def view(self, url: str) -> Any:
+        self.urls.append(url)
+        return self._view(url)
+
+
+def make_env(args: argparse.Namespace, backend: str) -> gym.Env:
+    # A large window and budget: the script, not the env's limits, decides when an episode ends.
+    return gym.make(ENV_ID, site=args.site, site_size=args.site_size, backend=backend, max_steps=10_000,
+                    session_max_tokens=1_000_000)
+
+
+def step_times(args: argparse.Namespace, backend: str, bare: "Bare | None" = None) -> dict[str, Any]:
+    """Run the script for ``args.steps`` steps; with ``bare``, show every page again in the bare context."""
+    env = make_env(args, backend)
+    recorder = Recorder(env.unwrapped.backend)
+    page_steps: list[float] = []
+    all_steps: list[float] = []
+    resets: list[float] = []
+    bare_goto: list[float] = []
+    bare_set: list[float] = []
+    seed = 0
+    started = time.perf_counter()
+    spent = 0.0
+    while len(all_steps) < args.steps:
+        start = time.perf_counter()
+        _, info = env.reset(seed=seed)
+        resets.append(time.perf_counter() - start)
+        task = env.unwrapped.site.task(info["task_id"])
+        for action in script(task):
+            recorder.urls.clear()
+            start = time.perf_counter()
+            _, _, terminated, truncated, _ = env.step(action)
+            elapsed = time.perf_counter() - start
+            spent += elapsed
+            all_steps.append(elapsed)
+            if recorder.urls:
+                page_steps.append(elapsed)
+                if bare is not None:
+                    goto_s, set_s = bare.show(env.unwrapped.site.render(recorder.urls[-1]))
+                    bare_goto.append(goto_s)
+                    bare_set.append(set_s)
+            if terminated or truncated or len(all_steps) >= args.steps:
+                break
+        seed += 1
+    wall = time.perf_counter() - started
+    env.close()
+    out = {
+        "steps": len(all_steps),
+        "page_steps": len(page_steps),
+        "page_step_median_ms": ms(statistics.median(page_steps)),
+        "step_median_ms": ms(statistics.median(all_steps)),
+        "steps_per_s": round(len(all_steps) / spent, 2),
+        "steps_per_s_with_resets": round(len(all_steps) / wall, 2),
+        "reset_median_ms": ms(statistics.median(resets)),
+    }
+    if bare is not None:
+        out["bare_goto_median_ms"] = ms(statistics.median(bare_goto))
+        out["bare_set_content_median_ms"] = ms(statistics.median(bare_set))
+    return out
+
+
+class Bare:
+    """A bare context of the backend's browser: the least Playwright work that shows a page."""
+
+    def __init__(self, backend: PlaywrightBackend):
+        assert backend.page is not None, "start an episode first"
+        self.html = ""
+        self.context = backend.page.context.browser.new_context(service_workers="block")
+        self.context.route("**/*", self.serve)
+        self.goto_page = self.context.new_page()
+        self.set_page = self.context.new_page()
+
+    def serve(self, route: Any) -> None:
+        if route.request.url.startswith(ORIGIN + "/"):
+            route.fulfill(status=200, content_type="text/html; charset=utf-8", body=self.html)
+        else:
+            route.abort("blockedbyclient")
+
+    def show(self, html: str) -> tuple[float, float]:
+        self.html = html
+        start = time.perf_counter()
+        self.goto_page.goto(f"{ORIGIN}/bare", wait_until="load")
+        goto_s = time.perf_counter() - start
+        start = time.perf_counter()
+        self.set_page.set_content(html, wait_until="load")
+        return goto_s, time.perf_counter() - start
+
+
+def memory() -> dict[str, int]:
+    """Bytes of RSS and PSS summed over this process and every process it started (driver, Chromium)."""
+    pids = [os.getpid(), *child_processes("")]
+    totals = {"Rss": 0, "Pss": 0}
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                for line in f:
+                    key, _, value = line.partition(":")
+                    if key in totals:
+                        totals[key] += int(value.split()[0]) * 1024
+        except OSError:
+            continue  # ended while we looked
+    return {"rss": totals["Rss"], "pss": totals["Pss"], "processes": len(pids)}
+
+
+def memory_per_env(args: argparse.Namespace) -> dict[str, Any]:
+    """Memory with 1 env, then with ``args.envs`` envs, each after a reset and a few page-showing steps."""
+    opened: list[gym.Env] = []
+    samples = {}
+    for count in (1, args.envs):
+        while len(opened) < count:
+            env = make_env(args, "playwright")
+            _, info = env.reset(seed=len(opened))
+            for action in script(env.unwrapped.site.task(info["task_id"]))[:5]:
+                env.step(action)
+            opened.append(env)
+        time.sleep(0.5)  # let freshly started renderer processes settle before reading their memory
+        samples[count] = memory()
+    chromium = len(child_processes())
+    for env in opened:
+        env.close()
+    one, many = samples[1], samples[args.envs]
+    extra = args.envs - 1
+    return {
+        "envs": args.envs,
+        "rss_1_env_mib": mib(one["rss"]),
+        f"rss_{args.envs}_envs_mib": mib(many["rss"]),
+        "rss_per_extra_env_mib": mib((many["rss"] - one["rss"]) / extra),
+        "pss_1_env_mib": mib(one["pss"]),
+        f"pss_{args.envs}_envs_mib": mib(many["pss"]),
+        "pss_per_extra_env_mib": mib((many["pss"] - one["pss"]) / extra),
+        f"chromium_processes_with_{args.envs}_envs": chromium,
+        "target_mib_per_extra_env": TARGET_MIB_PER_ENV,
+    }
+
+
+def ms(seconds: float) -> float:
+    return round(seconds * 1000, 2)
+
+
+def mib(size: float) -> float:
+    return round(size / MIB, 1)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--site", default="builtin", help="'builtin' or a corpus folder")
+    parser.add_argument("--site-size", type=int, default=None, help="builtin entities (default 500; quick 150)")
+    parser.add_argument("--steps", type=int, default=None, help="env steps to time (default 240; quick 48)")
+    parser.add_argument("--envs", type=int, default=None, help="envs for the memory test (default 5; quick 3)")
+    parser.add_argument("--quick", action="store_true", help="a smaller site, fewer steps and envs")
+    parser.add_argument("--out", type=Path, help="also write the JSON here")
+    args = parser.parse_args(argv)
+    args.site_size = args.site_size or (150 if args.quick else 500)
+    args.steps = args.steps or (48 if args.quick else 240)
+    args.envs = args.envs or (3 if args.quick else 5)
+    if args.envs < 2:
+        parser.error("--envs must be at least 2: memory per extra env compares 1 env with N")
+
+    text = step_times(args, "text")
+    # The bare context lives in the same browser as the env, which a held-open backend keeps running.
+    holder = make_env(args, "playwright")
+    holder.reset(seed=0)
+    bare = Bare(holder.unwrapped.backend)
+    playwright = step_times(args, "playwright", bare)
+    bare.context.close()
+    holder.close()
+    playwright["ratio_to_bare_goto"] = round(playwright["page_step_median_ms"] / playwright["bare_goto_median_ms"], 2)
+    playwright["ratio_to_bare_set_content"] = round(
+        playwright["page_step_median_ms"] / playwright["bare_set_content_median_ms"], 2)
+    playwright["target_ratio"] = TARGET_RATIO
+    result = {
+        "bench": "playwright_backend",
+        "machine": machine(),
+        "config": {"env_id": ENV_ID, "site": args.site, "site_size": args.site_size, "steps": args.steps,
+                   "quick": args.quick},
+        "text": text,
+        "playwright": playwright,
+        "memory": memory_per_env(args),
+    }
+    text_out = json.dumps(result, indent=2)
+    print(text_out)
+    if args.out:
+        args.out.write_text(text_out + "\n")
+    return result
+
+
+if __name__ == "__main__":
+    main()
