@@ -1,7 +1,10 @@
 """Pass@(K,T): sampling breadth K by interaction depth T, with the unbiased estimator of Chen et al. (2021).
 
 The estimator functions come first and depend on nothing but numpy and matplotlib: ``pass_at_k`` for one
-task, ``pass_at_kt_table`` over tasks, and the table's CSV, Markdown and heatmap forms.
+task, ``pass_at_kt_table`` over tasks, and the table's CSV, Markdown and heatmap forms. Then
+``pass_at_kt`` runs an agent on an env's tasks (``n`` samples each, through the batched
+:class:`~algos.rollout.Collector`) and returns a :class:`PassAtKTResult`: the table, the sessions and steps
+used per T, every run's raw record, and writers for all of it.
 
 Example:
     >>> table = pass_at_kt_table([[3, None], [None, None]], ks=[1, 2], ts=[2, 4])
@@ -12,14 +15,29 @@ Example:
 from __future__ import annotations
 
 import csv
-import math
-from collections.abc import Sequence
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
+import gymnasium as gym
 import numpy as np
 from matplotlib.figure import Figure
 
-__all__ = ["pass_at_k", "pass_at_kt_table", "plot_heatmap", "table_markdown", "write_table_csv"]
+from .rollout import Collector, Request
+
+__all__ = [
+    "PROTOCOLS",
+    "PassAtKTResult",
+    "Sample",
+    "pass_at_k",
+    "pass_at_kt",
+    "pass_at_kt_table",
+    "plot_heatmap",
+    "table_markdown",
+    "write_table_csv",
+]
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -205,3 +223,234 @@ def plot_heatmap(
     path = Path(path)
     figure.savefig(path, format="png")
     return path
+
+
+# ----------------------------------------------------------------------------------------------------
+# Running an agent: Pass@(K,T) of an agent on an env's tasks
+# ----------------------------------------------------------------------------------------------------
+
+PROTOCOLS = ("truncate", "rerun")
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One run of one task, as Pass@(K,T) reads it.
+
+    Attributes:
+        task_id: the task.
+        index: which of the task's ``n`` samples it is; sample ``index`` of a task has the same reset seed
+            (``episode_seed``) under every budget, so the protocols and budgets compare paired runs.
+        budget: the ``max_steps`` it ran under.
+        success: whether it answered correctly.
+        steps_used: the steps it had taken when it ended.
+        sessions_by_step: how many sessions existed after each of its steps.
+
+    Example:
+        >>> run = Sample("t1", 0, budget=16, success=True, steps_used=6, sessions_by_step=(1, 1, 2, 2, 2, 2))
+        >>> run.correct_within(4), run.steps_within(4), run.sessions_within(4), run.correct_within(8)
+        (False, 4, 2, True)
+    """
+
+    task_id: str
+    index: int
+    budget: int
+    success: bool
+    steps_used: int
+    sessions_by_step: tuple[int, ...]
+
+    def correct_within(self, t: int) -> bool:
+        """Whether it answered correctly within ``t`` steps."""
+        return self.success and self.steps_used <= t
+
+    def steps_within(self, t: int) -> int:
+        """The steps it would have used under budget ``t``."""
+        return min(self.steps_used, t)
+
+    def sessions_within(self, t: int) -> int:
+        """The sessions it would have used under budget ``t``."""
+        return self.sessions_by_step[self.steps_within(t) - 1]
+
+
+@dataclass
+class PassAtKTResult:
+    """Pass@(K,T) of one agent: the table, the sessions and steps used per T, and every run.
+
+    Attributes:
+        table: ``(len(ks), len(ts))``; ``table[a, b]`` is Pass@(ks[a], ts[b]) averaged over tasks.
+        ks: sampling breadths, ascending.
+        ts: step budgets, ascending.
+        n: samples per task.
+        protocol: ``"truncate"`` or ``"rerun"`` (see :func:`pass_at_kt`).
+        task_ids: the tasks, in the order they were given.
+        mean_sessions: ``(len(ts),)``: sessions used per run under each T, averaged over every run.
+        mean_steps: ``(len(ts),)``: steps used per run under each T, averaged over every run.
+        samples: every run: ``n`` per task under ``truncate``, ``n`` per task and T under ``rerun``.
+    """
+
+    table: np.ndarray
+    ks: list[int]
+    ts: list[int]
+    n: int
+    protocol: str
+    task_ids: list[str]
+    mean_sessions: np.ndarray
+    mean_steps: np.ndarray
+    samples: list[Sample]
+
+    @property
+    def title(self) -> str:
+        return f"Pass@(K,T), {self.protocol}, n={self.n}, {len(self.task_ids)} tasks"
+
+    def usage_markdown(self, digits: int = 2) -> str:
+        """Mean sessions and steps used under each T, as a Markdown table with one row per T."""
+        lines = ["| T | mean sessions | mean steps |", "|---|---|---|"]
+        for t, sessions, steps in zip(self.ts, self.mean_sessions, self.mean_steps):
+            lines.append(f"| {t} | {sessions:.{digits}f} | {steps:.{digits}f} |")
+        return "\n".join(lines)
+
+    def markdown(self, digits: int = 3) -> str:
+        """A title line, the K x T table and the usage table, in Markdown."""
+        return (f"**{self.title}**\n\n{table_markdown(self.table, self.ks, self.ts, digits)}\n\n"
+                f"{self.usage_markdown()}\n")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Everything as plain JSON-ready values."""
+        return {
+            "protocol": self.protocol,
+            "n": self.n,
+            "ks": self.ks,
+            "ts": self.ts,
+            "task_ids": self.task_ids,
+            "table": self.table.tolist(),
+            "mean_sessions": self.mean_sessions.tolist(),
+            "mean_steps": self.mean_steps.tolist(),
+            "samples": [{**asdict(s), "sessions_by_step": list(s.sessions_by_step)} for s in self.samples],
+        }
+
+    def save(self, out_dir: str | Path, stem: str = "passkt",
+             metadata: dict[str, Any] | None = None) -> dict[str, Path]:
+        """Writes ``<stem>.csv`` (the table), ``.md`` (:meth:`markdown`), ``.json`` (:meth:`to_dict` plus
+        ``metadata``) and ``.png`` (the heatmap) into ``out_dir``, created if missing.
+
+        Returns:
+            The paths written, by kind: ``{"csv": ..., "md": ..., "json": ..., "png": ...}``.
+        """
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        paths = {kind: out / f"{stem}.{kind}" for kind in ("csv", "md", "json", "png")}
+        write_table_csv(paths["csv"], self.table, self.ks, self.ts)
+        paths["md"].write_text(self.markdown())
+        paths["json"].write_text(json.dumps({**self.to_dict(), "metadata": metadata or {}}, indent=1) + "\n")
+        plot_heatmap(paths["png"], self.table, self.ks, self.ts, title=self.title)
+        return paths
+
+
+def pass_at_kt(
+    agent: Any,
+    env_fn_or_env: Callable[[], gym.Env] | gym.Env,
+    ks: Sequence[int],
+    ts: Sequence[int],
+    n: int,
+    tasks: Sequence[str] | None = None,
+    protocol: str = "truncate",
+    seed: int = 0,
+    num_envs: int = 8,
+    progress: bool = True,
+) -> PassAtKTResult:
+    """Runs ``agent`` ``n`` times on each task and measures Pass@(K,T) with the unbiased estimator.
+
+    Two protocols (``ALGORITHMS.md``):
+
+    - ``"truncate"``: one run per (task, sample) under budget ``max(ts)``; a run is correct within T when
+      it answered correctly having used at most T steps, and its sessions and steps under T are those it had
+      used by step T.
+    - ``"rerun"``: a separate run per (task, sample, T) under budget T (an env with ``show_budget`` tells
+      the agent so): what a budget-aware agent does with less room.
+
+    For an agent that ignores the budget and draws per episode (the oracle, the random agent: see
+    :func:`agents.base.step_rng`) the two agree exactly. Runs are batched over ``num_envs`` envs.
+
+    Args:
+        agent: any :class:`agents.Agent`.
+        env_fn_or_env: a function that makes an env (called up to ``num_envs`` times), or an env: it is then
+            the first of the pool, and the rest are made from its spec (an env without one runs alone).
+        ks: sampling breadths K (sorted, duplicates dropped); each at most ``n``.
+        ts: step budgets T (sorted, duplicates dropped).
+        n: samples per task.
+        tasks: task ids; default every task of the env's split and hops (``env.unwrapped.tasks``).
+        protocol: ``"truncate"`` or ``"rerun"``.
+        seed: sample ``j`` of the ``i``-th task resets with seed ``seed + i * n + j``.
+        num_envs: how many episodes run side by side.
+        progress: show a tqdm bar.
+
+    Returns:
+        The :class:`PassAtKTResult`.
+
+    Raises:
+        ValueError: for a K above ``n``, an unknown protocol, no or repeated tasks, non-positive K, T or n.
+        KeyError: for a task id the env's site does not have.
+
+    Example:
+        >>> import gymnasium as gym, envs
+        >>> from agents import OracleAgent
+        >>> env = gym.make("mosaic/WebQA-v0", site_size=120, split="test")
+        >>> result = pass_at_kt(OracleAgent(env), env, ks=[1], ts=[1, 64], n=1, tasks=["test-chain-0001"],
+        ...                     progress=False)
+        >>> result.table.tolist()
+        [[0.0, 1.0]]
+    """
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"protocol={protocol!r} is unknown: use one of {PROTOCOLS}")
+    k_axis = sorted(set(_check_axis(ks, "ks")))
+    t_axis = sorted(set(_check_axis(ts, "ts")))
+    if n < 1:
+        raise ValueError(f"n (samples per task) must be at least 1, got {n}")
+    if k_axis[-1] > n:
+        raise ValueError(f"K={k_axis[-1]} is more than the n={n} samples per task (Pass@K picks K of the n "
+                         f"samples): draw n >= {k_axis[-1]}, or drop every K above {n}")
+    if num_envs < 1:
+        raise ValueError(f"num_envs must be at least 1, got {num_envs}")
+    given = isinstance(env_fn_or_env, gym.Env)
+    first = env_fn_or_env if given else env_fn_or_env()
+    task_ids = [t.id for t in first.unwrapped.tasks] if tasks is None else [str(t) for t in tasks]
+    if not task_ids:
+        raise ValueError("tasks is empty: give at least one task id (or None for every task of the env)")
+    if len(set(task_ids)) < len(task_ids):
+        raise ValueError(f"tasks holds repeated ids: {sorted({t for t in task_ids if task_ids.count(t) > 1})}")
+    for task_id in task_ids:
+        first.unwrapped.site.task(task_id)  # an unknown id fails here, naming the known ones, not mid-run
+    more: Callable[[], gym.Env] | None = env_fn_or_env
+    if given:
+        more = (lambda: gym.make(first.spec)) if first.spec is not None else None
+    unused = [first]
+    collector = Collector(lambda: unused.pop() if unused else more(), num_envs if more is not None else 1)
+
+    budgets = [t_axis[-1]] if protocol == "truncate" else t_axis
+    keys = [(budget, i, task_id, j) for budget in budgets for i, task_id in enumerate(task_ids) for j in range(n)]
+    requests = [Request(seed=seed + i * n + j, options={"task_id": task_id, "max_steps": budget}, group=i)
+                for budget, i, task_id, j in keys]
+    try:
+        trajectories = collector.run(agent, requests, progress=f"Pass@(K,T) {protocol}" if progress else None)
+    finally:
+        for env in collector.envs:
+            if env is not env_fn_or_env:
+                env.close()
+    samples = [
+        Sample(task_id=task_id, index=j, budget=budget, success=bool(traj.tree["success"]),
+               steps_used=int(traj.tree["steps_used"]), sessions_by_step=tuple(traj.sessions_by_step))
+        for (budget, _, task_id, j), traj in zip(keys, trajectories)
+    ]
+
+    table = np.zeros((len(k_axis), len(t_axis)))
+    mean_sessions = np.zeros(len(t_axis))
+    mean_steps = np.zeros(len(t_axis))
+    for b, t in enumerate(t_axis):
+        runs = [s for s in samples if s.budget == (t_axis[-1] if protocol == "truncate" else t)]
+        by_task: dict[str, list[int | None]] = {task_id: [] for task_id in task_ids}
+        for run in runs:
+            by_task[run.task_id].append(run.steps_used if run.correct_within(t) else None)
+        table[:, b] = pass_at_kt_table(list(by_task.values()), k_axis, [t])[:, 0]
+        mean_sessions[b] = np.mean([run.sessions_within(t) for run in runs])
+        mean_steps[b] = np.mean([run.steps_within(t) for run in runs])
+    return PassAtKTResult(table=table, ks=k_axis, ts=t_axis, n=n, protocol=protocol, task_ids=task_ids,
+                          mean_sessions=mean_sessions, mean_steps=mean_steps, samples=samples)
