@@ -340,7 +340,7 @@ class PassAtKTResult:
         paths = {kind: out / f"{stem}.{kind}" for kind in ("csv", "md", "json", "png")}
         write_table_csv(paths["csv"], self.table, self.ks, self.ts)
         paths["md"].write_text(self.markdown())
-        paths["json"].write_text(json.dumps({**self.to_dict(), "metadata": metadata or {}}, indent=1) + "\n")
+        paths["json"].write_text(json.dumps({**self.to_dict(), "metadata": metadata or {}}) + "\n")
         plot_heatmap(paths["png"], self.table, self.ks, self.ts, title=self.title)
         return paths
 
