@@ -5,8 +5,9 @@ overrides the path) browses a fixed fake origin, :data:`ORIGIN`, and every reque
 this process: requests to the origin are answered from ``site.render(path_with_query)`` (a 404 page when the
 site has no such page); requests anywhere else, WebSockets included, are refused and recorded in
 ``backend.blocked_requests``. ``view(url)`` navigates to ``ORIGIN + url``, waits for the ``load`` event (so
-inline and deferred scripts have run), serialises the live DOM (``document.documentElement.outerHTML``) and converts it with the one converter both
-backends share, :func:`envs.web.browser.html_to_view`, with the url as the text backend sees it.
+inline and deferred scripts have run), serialises the live DOM (``document.documentElement.outerHTML``)
+and converts it with the one converter both backends share, :func:`envs.web.browser.html_to_view`, with
+the url as the text backend sees it.
 
 Parity with the text backend: for pages whose scripts do not change the DOM (every builtin page) the views
 are equal, field for field; ``tests/test_playwright_backend.py`` checks every page of a builtin site and
@@ -52,7 +53,8 @@ from .backends import Backend, BrowserCrashed
 from .web.browser import CHUNK_TOKENS, PageView, html_to_view
 from .web.site import Site
 
-ORIGIN = "http://mosaic.site"
+# A reserved name (RFC 6761): even a request that slipped past interception could not reach a real host.
+ORIGIN = "http://mosaic.test"
 CHROMIUM_ENV = "MOSAIC_CHROMIUM"
 DEFAULT_CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = (
@@ -111,8 +113,8 @@ class _SharedBrowser:
     pid: int = 0
     thread: int = 0
     users: int = 0
-    # Counts launches across the process's life, so a backend can tell its context belongs to a dead browser.
-    launches: int = 0
+    # Changes with every launch (and fork), so a backend can tell its context belongs to a browser gone by.
+    generation: int = 0
 
 
 _shared = _SharedBrowser()
@@ -123,10 +125,10 @@ def _adopt() -> _SharedBrowser:
     if _shared.pid != os.getpid():
         # A forked child inherits the parent's objects but not its Playwright connection: start over here,
         # leaving the parent's browser to the parent.
-        launches = _shared.launches
+        generation = _shared.generation + 1
         for f in dataclasses.fields(_SharedBrowser):
             setattr(_shared, f.name, f.default)
-        _shared.pid, _shared.thread, _shared.launches = os.getpid(), threading.get_ident(), launches
+        _shared.pid, _shared.thread, _shared.generation = os.getpid(), threading.get_ident(), generation
     elif _shared.thread != threading.get_ident():
         raise RuntimeError(
             "Playwright's sync objects belong to the thread that started them, and this process's browser "
@@ -153,7 +155,7 @@ def _browser(executable: str) -> Browser:
             f"Chromium at {executable} did not start: {err}. Check that `{executable} --headless --no-sandbox "
             "--dump-dom about:blank` works; reinstall with `sudo apt-get install -y chromium`."
         ) from err
-    shared.launches += 1
+    shared.generation += 1
     return shared.browser
 
 
@@ -211,9 +213,10 @@ class PlaywrightBackend(Backend):
         self.blocked_requests: list[str] = []
         self._context: BrowserContext | None = None
         self._page: Page | None = None
-        self._launch = 0
+        self._generation = 0
         self._route_error: Exception | None = None
         self._closed = False
+        self._pid = os.getpid()
         _adopt().users += 1
 
     @property
@@ -255,15 +258,16 @@ class PlaywrightBackend(Backend):
         if self._closed:
             return
         self._closed = True
+        if self._pid != os.getpid():
+            return  # made before a fork: its context and its share of the browser belong to the parent
         self._close_context()
-        if _shared.pid == os.getpid():
-            _shared.users -= 1
-            if _shared.users <= 0:
-                _shutdown()
+        _shared.users -= 1
+        if _shared.users <= 0:
+            _shutdown()
 
     # ------------------------------------------------------------------------------------------------
     def _show(self, url: str) -> PageView | None:
-        if self._page is None or self._launch != _shared.launches or self._page.is_closed():
+        if self._page is None or self._generation != _shared.generation or self._page.is_closed():
             # No episode opened yet, or the browser it ran in was replaced (by another backend's relaunch).
             self._open_context()
         assert self._page is not None
@@ -291,11 +295,11 @@ class PlaywrightBackend(Backend):
         context.set_default_timeout(TIMEOUT_MS)
         context.route(_ANY_URL, self._serve)
         context.route_web_socket(_ANY_URL, self._refuse_socket)
-        self._context, self._page, self._launch = context, context.new_page(), _shared.launches
+        self._context, self._page, self._generation = context, context.new_page(), _shared.generation
 
     def _close_context(self) -> None:
         context, self._context, self._page = self._context, None, None
-        if context is not None and self._launch == _shared.launches:
+        if context is not None and self._generation == _shared.generation:
             try:
                 context.close()
             except PlaywrightError:
@@ -343,7 +347,7 @@ def child_processes(name_contains: str = "chrom") -> dict[int, int]:
     one whose parent is not itself in the result (its parent is Playwright's driver).
 
     Example:
-        >>> child_processes() == {}  # no browser is running yet
+        >>> all(pid != os.getpid() for pid in child_processes())
         True
     """
     parents: dict[int, int] = {}
