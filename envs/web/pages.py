@@ -675,7 +675,7 @@ _ADJECTIVES = (
 _TIMES = ("In these years", "Around this time", "Later", "For a while", "At first", "Over the following decade",
           "In the same period", "Soon afterwards", "Throughout this phase", "By then")
 _SOURCES = ("Contemporary accounts", "Surviving letters", "Later biographers", "Local chronicles",
-            "Official records", "Memoirs of the period", "Several reviewers", "Modern historians")
+            "Official records", "Memoirs of the period", "Several reviewers", "Modern scholars")
 _ASPECTS = ("the exact sequence of events", "the motives involved", "the scale of the undertaking",
             "the role of chance", "the precise dates", "the influence of rivals", "the cost of the work",
             "the degree of public interest")
