@@ -51,6 +51,7 @@ class _Plan:
     forks: list[Task] = field(default_factory=list)
     page: PageView | None = None
     chunk: int = 0
+    jump: bool = False
 
 
 class OracleAgent(Agent):
@@ -108,20 +109,20 @@ class OracleAgent(Agent):
     # ------------------------------------------------------------------------------------------------
     def _act(self, index: int, info: dict[str, Any]) -> str:
         plans = self._plans.setdefault(index, {})
-        sid, kind, parent = info["session_id"], info["session_kind"], info["parent_id"]
-        if sid == 0 or (kind == "root" and 0 not in plans):
-            plans.clear()
+        sid = info["session_id"]
+        if info["steps_used"] == 0:
+            plans.clear()  # a new episode
         if sid not in plans:
             plans[sid] = self._plan_for(plans, info)
         plan = plans[sid]
         last = info["messages"][-1]["content"] if info.get("messages") else ""
         if last.startswith("[Context full"):
             return self._compact(plan, plans, sid)
-        rng = step_rng(self.seed, info) or self.rng
+        rng = self.rng
         if self.error_rate and rng.random() < self.error_rate:
             return self._mistake(plan, rng)
         if self.compact_at is not None and info.get("context_tokens", 0) > self.compact_at * self.session_max_tokens \
-                and plan.done > 0:
+                and plan.done > 0 and not self._reading(plan):
             return self._compact(plan, plans, sid)
         if plan.forks:
             sub = plan.forks.pop(0)
@@ -172,12 +173,15 @@ class OracleAgent(Agent):
                 if reopen is None:
                     plan.done += 1
                     return None
+                # A compaction cut this page short: jump back to the fact instead of rereading the page.
+                plan.jump = True
                 return self._show(plan, reopen, format_action("open", reopen))
             if step.expect and step.expect in view.chunks[plan.chunk]:
                 plan.done += 1
                 self._note(plan, step)
                 return None
-            if self.compact_at is None and step.expect:
+            if (self.compact_at is None or plan.jump) and step.expect:
+                plan.jump = False
                 # No compaction wanted: keep the context small by finding the fact instead of reading to it.
                 plan.done += 1
                 self._note(plan, step)
@@ -194,6 +198,11 @@ class OracleAgent(Agent):
             return format_action("scroll", direction)
         plan.done += 1
         return None
+
+    @staticmethod
+    def _reading(plan: _Plan) -> bool:
+        """Whether the oracle is scrolling through a page towards a fact (it compacts only between steps)."""
+        return plan.done < len(plan.steps) and plan.steps[plan.done].tool == "scroll" and plan.page is not None
 
     def _show(self, plan: _Plan, url: str, action: str) -> str:
         plan.page, plan.chunk = self.browser.view(url), 0

@@ -3,7 +3,8 @@
 Gymnasium's :class:`~gymnasium.spaces.Text` only contains strings over its charset (alphanumerics by
 default), which rejects spaces and punctuation, i.e. every real action and observation. :class:`AnyText`
 keeps ``Text`` as its base class so vector envs batch it like ``Text``, but contains any ``str`` and samples
-printable text with spaces, punctuation and tool-call syntax.
+printable text with spaces, punctuation and tool-call syntax. ``AsyncVectorEnv``'s shared memory carries it
+as UTF-8 bytes (up to :data:`SHARED_MEMORY_BYTES` an env; beyond that, a clear error names the fix).
 
 >>> space = AnyText()
 >>> space.contains('search("Edra Vane")'), space.contains(3)
@@ -12,11 +13,13 @@ printable text with spaces, punctuation and tool-call syntax.
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import string
 from typing import Any
 
 import numpy as np
 from gymnasium.spaces import Text
+from gymnasium.vector.utils import create_shared_memory, read_from_shared_memory, write_to_shared_memory
 
 _SAMPLE_CHARS = string.ascii_letters + string.digits + string.punctuation + " \n"
 _SAMPLE_SNIPPETS = ('search("', 'open(', 'scroll("down")', 'answer("', '")', "<tool_call>", "é", "漢")
@@ -46,3 +49,38 @@ class AnyText(Text):
 
     def __eq__(self, other: Any) -> bool:
         return isinstance(other, AnyText) and other.max_length == self.max_length
+
+
+# --- AsyncVectorEnv's shared memory: any text, as UTF-8 bytes in a fixed buffer per env -------------------
+#: Bytes of shared memory per env for one observation (a length prefix, then UTF-8). A session context at the
+#: default window is ~16 KB; this leaves room for windows of ~60k tokens.
+SHARED_MEMORY_BYTES = 1 << 18
+
+
+@create_shared_memory.register(AnyText)
+def _create_anytext_shared_memory(space: AnyText, n: int = 1, ctx: Any = mp):
+    return ctx.Array("B", n * (SHARED_MEMORY_BYTES + 8))
+
+
+@read_from_shared_memory.register(AnyText)
+def _read_anytext_from_shared_memory(space: AnyText, shared_memory: Any, n: int = 1) -> tuple[str, ...]:
+    data = np.frombuffer(shared_memory.get_obj(), dtype=np.uint8).reshape((n, SHARED_MEMORY_BYTES + 8))
+    out = []
+    for row in data:
+        size = int(row[:8].view(np.int64)[0])
+        out.append(row[8 : 8 + size].tobytes().decode("utf-8"))
+    return tuple(out)
+
+
+@write_to_shared_memory.register(AnyText)
+def _write_anytext_to_shared_memory(space: AnyText, index: int, value: str, shared_memory: Any) -> None:
+    encoded = value.encode("utf-8", errors="surrogatepass")
+    if len(encoded) > SHARED_MEMORY_BYTES:
+        raise ValueError(
+            f"an observation of {len(encoded)} bytes does not fit AsyncVectorEnv's shared memory "
+            f"({SHARED_MEMORY_BYTES} bytes an env): make the vector env with "
+            "vector_kwargs={'shared_memory': False}"
+        )
+    row = np.frombuffer(shared_memory.get_obj(), dtype=np.uint8)[index * (SHARED_MEMORY_BYTES + 8):]
+    row[:8] = np.frombuffer(np.int64(len(encoded)).tobytes(), dtype=np.uint8)
+    row[8 : 8 + len(encoded)] = np.frombuffer(encoded, dtype=np.uint8)

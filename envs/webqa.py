@@ -578,7 +578,8 @@ class WebQAEnv(gym.Env[str, str]):
         return f"Pages read: {pages}. Values seen: {values}."
 
 
-def _check_budget(spec: Any) -> int | tuple[int, int] | tuple[int, ...]:
+def _check_budget(spec: Any) -> int | tuple[int, int] | list[int]:
+    """An int, a ``(lo, hi)`` range (kept as a tuple) or a list of choices (kept as a list)."""
     if isinstance(spec, (int, np.integer)) and not isinstance(spec, bool):
         if spec < 1:
             raise ValueError(f"max_steps must be >= 1, got {spec}")
@@ -589,7 +590,7 @@ def _check_budget(spec: Any) -> int | tuple[int, int] | tuple[int, ...]:
             raise ValueError(f"max_steps range must be (lo, hi) with 1 <= lo <= hi, got {spec}")
         return lo, hi
     if isinstance(spec, (list, tuple)) and spec and all(isinstance(v, (int, np.integer)) and v >= 1 for v in spec):
-        return tuple(int(v) for v in spec)
+        return [int(v) for v in spec]
     raise ValueError(f"max_steps must be an int, a (lo, hi) range or a list of ints, got {spec!r}")
 
 
