@@ -118,7 +118,7 @@ class OracleAgent(Agent):
         last = info["messages"][-1]["content"] if info.get("messages") else ""
         if last.startswith("[Context full"):
             return self._compact(plan, plans, sid)
-        rng = self.rng
+        rng = step_rng(self.seed, info) or self.rng
         if self.error_rate and rng.random() < self.error_rate:
             return self._mistake(plan, rng)
         if self.compact_at is not None and info.get("context_tokens", 0) > self.compact_at * self.session_max_tokens \
