@@ -18,9 +18,9 @@ from __future__ import annotations
 import re
 import urllib.parse
 from dataclasses import dataclass
+from functools import lru_cache
 
 import lxml.etree
-import lxml.html
 
 from ..tokens import approx_tokens
 
@@ -116,16 +116,10 @@ def html_to_view(html: str, url: str, chunk_tokens: int = CHUNK_TOKENS) -> PageV
         ('Oskarde', ('Oskarde\\nA port.',))
     """
     root = _parse(html)
-    renderer = _Renderer(url, number_links=True)
-    if root is not None:
-        renderer.walk(root)
-    lines = renderer.finish()
-    return PageView(
-        url=url,
-        title=_title(root) or url,
-        chunks=_chunk(lines, chunk_tokens),
-        links=tuple(renderer.links),
-    )
+    if root is None:
+        return PageView(url, url, ("",), ())
+    rendered = _Renderer(root, html, url, number_links=True)
+    return PageView(url, _title(root) or url, _chunk(rendered.lines, chunk_tokens), tuple(rendered.links))
 
 
 def html_text(html: str) -> str:
@@ -136,11 +130,7 @@ def html_text(html: str) -> str:
     'Born in Oskarde.'
     """
     root = _parse(html)
-    if root is None:
-        return ""
-    renderer = _Renderer("/", number_links=False)
-    renderer.walk(root)
-    return "\n".join(renderer.finish())
+    return "" if root is None else "\n".join(_Renderer(root, html, "/", number_links=False).lines)
 
 
 def html_title(html: str) -> str:
@@ -152,107 +142,120 @@ def html_title(html: str) -> str:
     return _title(_parse(html))
 
 
-def _parse(html: str) -> lxml.html.HtmlElement | None:
+def _parse(html: str) -> lxml.etree._Element | None:
+    # Plain etree elements: lxml.html's element classes cost a Python call for every element of the page.
     if not html.strip():
         return None
     try:
-        return lxml.html.document_fromstring(html)
+        return lxml.etree.fromstring(html, _PARSER)
     except ValueError:
         # lxml refuses str input that carries an XML encoding declaration; the text is already decoded.
-        return lxml.html.document_fromstring(html.encode("utf-8"), parser=_UTF8_PARSER)
-    except lxml.etree.ParserError:
+        return lxml.etree.fromstring(html.encode("utf-8"), _UTF8_PARSER)
+    except lxml.etree.XMLSyntaxError:
         return None
 
 
-_UTF8_PARSER = lxml.html.HTMLParser(encoding="utf-8")
+_PARSER = lxml.etree.HTMLParser()
+_UTF8_PARSER = lxml.etree.HTMLParser(encoding="utf-8")
 
 
-def _title(root: lxml.html.HtmlElement | None) -> str:
+def _title(root: lxml.etree._Element | None) -> str:
     if root is None:
         return ""
     for tag in ("title", "h1"):
         element = root.find(f".//{tag}")
         if element is not None:
-            text = " ".join(element.text_content().split())
+            text = " ".join("".join(element.itertext()).split())
             if text:
                 return text
     return ""
 
 
-def _hidden(element: lxml.html.HtmlElement) -> bool:
-    attrib = element.attrib
-    if "hidden" in attrib or attrib.get("aria-hidden", "").lower() == "true":
-        return True
-    style = attrib.get("style")
-    return bool(style) and _HIDDEN_STYLE.search(style) is not None
+def _hidden_elements(root: lxml.etree._Element, html: str) -> set[lxml.etree._Element]:
+    """The elements hidden by attribute or inline style.
+
+    lxml hands out the same proxy object for a node while one is alive, so the set keeps its members and
+    the walk can test membership as it meets them.
+    """
+    lowered = html.lower()
+    if "hidden" not in lowered and "none" not in lowered:  # most pages hide nothing: skip the search
+        return set()
+    hidden = set()
+    for value in _HIDING_ATTRIBUTES(root):
+        name = value.attrname
+        if (
+            name == "hidden"
+            or (name == "aria-hidden" and value.lower() == "true")
+            or (name == "style" and _HIDDEN_STYLE.search(value))
+        ):
+            hidden.add(value.getparent())
+    return hidden
+
+
+_HIDING_ATTRIBUTES = lxml.etree.XPath("//@hidden|//@aria-hidden|//@style")
 
 
 class _Renderer:
-    """Walks an lxml tree once, collecting text lines and links."""
+    """Walks a parsed page once, collecting text lines and links."""
 
-    def __init__(self, url: str, number_links: bool):
+    def __init__(self, root: lxml.etree._Element, html: str, url: str, number_links: bool):
         self.base = url
-        self.base_parts = urllib.parse.urlsplit(url)
         self.number_links = number_links
+        self.hidden = _hidden_elements(root, html)
         self.lines: list[str] = []
         self.pieces: list[str] = []
         self.links: list[Link] = []
         self.link_text: list[str] | None = None  # the text of the link being read, when inside one
         self.pre_depth = 0
+        self.walk(root)
+        self.flush()
 
-    def walk(self, element: lxml.html.HtmlElement) -> None:
+    def walk(self, element: lxml.etree._Element) -> None:
         tag = element.tag
-        if not isinstance(tag, str):  # comments and processing instructions
-            self.text(element.tail)
-            return
-        if tag in _SKIP or _hidden(element):
-            self.text(element.tail)
+        if not isinstance(tag, str) or tag in _SKIP or element in self.hidden:
+            self.text(element.tail)  # comments, processing instructions and hidden parts show only their tail
             return
         block = tag in _BLOCK
         if block or tag == "br":
             self.flush()
-        elif tag in _CELLS and "".join(self.pieces).strip():
+        elif tag in _CELLS and any(piece.strip() for piece in self.pieces):
             self.pieces.append(" | ")
-        outer_link_text = self.link_text
-        link = self.open_link(element) if tag == "a" and self.number_links else None
-        if tag == "pre":
-            self.pre_depth += 1
-        self.text(element.text)
-        for child in element:
-            self.walk(child)
-        if tag == "pre":
-            self.pre_depth -= 1
-        if link is not None:
-            text = " ".join("".join(self.link_text or ()).split())
-            self.links[link.number - 1] = Link(link.number, text, link.url)
-            self.link_text = outer_link_text
+        if tag == "a" and self.number_links:
+            self.walk_link(element)
+        else:
+            self.pre_depth += tag == "pre"
+            self.text(element.text)
+            for child in element:
+                self.walk(child)
+            self.pre_depth -= tag == "pre"
         if block:
             self.flush()
         self.text(element.tail)
 
-    def open_link(self, element: lxml.html.HtmlElement) -> Link | None:
-        """Number the link ``element`` and start collecting its text; ``None`` for links nobody can follow
-        (no href, in-page anchors, scripts, mail) or see (no text)."""
+    def walk_link(self, element: lxml.etree._Element) -> None:
+        """Number a link anyone can follow (not an in-page anchor, a script or mail) and read its text; a link
+        that shows no text loses its number again."""
         href = (element.get("href") or "").strip()
-        if not href or href.startswith("#") or href.lower().startswith(("javascript:", "mailto:")):
-            return None
-        if not element.text_content().strip():
-            return None
-        link = Link(len(self.links) + 1, "", self.resolve(href))
-        self.links.append(link)
-        self.pieces.append(f" [{link.number}] ")
-        self.link_text = []
-        return link
+        followable = href and not href.startswith("#") and not href.lower().startswith(("javascript:", "mailto:"))
+        outer_text, marker = self.link_text, len(self.pieces)
+        if followable:
+            self.pieces.append(f" [{len(self.links) + 1}] ")
+            self.link_text = []
+        self.text(element.text)
+        for child in element:
+            self.walk(child)
+        if followable:
+            text = " ".join("".join(self.link_text or ()).split())
+            self.link_text = outer_text
+            if text or marker >= len(self.pieces):
+                self.links.append(Link(len(self.links) + 1, text, self.resolve(href)))
+            else:
+                self.pieces[marker] = ""
 
     def resolve(self, href: str) -> str:
-        target = urllib.parse.urlsplit(urllib.parse.urljoin(self.base, href))
-        leaves_site = target.netloc and (
-            not self.base_parts.netloc or target.netloc.lower() != self.base_parts.netloc.lower()
-        )
-        if leaves_site:
-            return urllib.parse.urlunsplit(target._replace(fragment=""))
-        path = target.path or "/"
-        return f"{path}?{target.query}" if target.query else path
+        if href.startswith("/") and not href.startswith("//") and "/." not in href:
+            return href.split("#", 1)[0]  # already a site path: the common case, and urljoin is slow
+        return _resolve(self.base, href)
 
     def text(self, text: str | None) -> None:
         if not text:
@@ -274,9 +277,16 @@ class _Renderer:
         if line:
             self.lines.append(line)
 
-    def finish(self) -> list[str]:
-        self.flush()
-        return self.lines
+
+@lru_cache(maxsize=65536)
+def _resolve(base: str, href: str) -> str:
+    """``href`` resolved against the page url ``base``: a site path, or an absolute URL off the site."""
+    target = urllib.parse.urlsplit(urllib.parse.urljoin(base, href))
+    base_host = urllib.parse.urlsplit(base).netloc
+    if target.netloc and target.netloc.lower() != base_host.lower():
+        return urllib.parse.urlunsplit(target._replace(fragment=""))
+    path = target.path or "/"
+    return f"{path}?{target.query}" if target.query else path
 
 
 def _chunk(lines: list[str], chunk_tokens: int) -> tuple[str, ...]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import threading
 from collections import OrderedDict
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import bm25s
 import numpy as np
@@ -30,9 +30,11 @@ TITLE_WEIGHT = 3
 SNIPPET_WORDS = 30
 CACHE_SIZE = 4096
 
-_WORD = re.compile(r"(?u)\b\w\w+\b")
+_WORD = re.compile(r"\w{2,}")
 _STOPWORDS = frozenset(STOPWORDS_EN)
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+# Sentences end at a newline, or at . ! ? before a space.
+_STOPS = ("\n", ". ", "! ", "? ")
+_STOP = re.compile(r"\n|[.!?] ")
 # Lines shorter than this many words (headings, navigation) make poor snippets when a sentence matches as well.
 _SHORT_LINE_WORDS = 4
 
@@ -94,6 +96,10 @@ class SearchIndex:
             return []
         scores = self._bm25.get_scores_from_ids(ids)
         matches = np.flatnonzero(scores > 0)
+        if len(matches) > k:
+            # Keep every match scoring at least the k-th best, ties included, before the full sort.
+            kth = np.partition(scores[matches], len(matches) - k)[len(matches) - k]
+            matches = matches[scores[matches] >= kth]
         # A stable sort of the matches (already in document order) breaks ties by document order.
         best = matches[np.argsort(-scores[matches], kind="stable")[:k]]
         wanted = set(query_terms)
@@ -109,21 +115,21 @@ def snippet(text: str, wanted: set[str], title: str = "", words: int = SNIPPET_W
 
     The result already shows the ``title``, so the best sentence has the most ``wanted`` terms that are not in
     the title, then the most ``wanted`` terms, then some length rather than a short line, then comes first.
-    A line that only repeats the title is never chosen.
+    A line that only repeats the title is never chosen; with no match, the first sentence of some length is.
 
     >>> snippet("Oskarde\\nOskarde is a port. It was founded in 1120.", {"oskarde", "founded"}, "Oskarde")
     'It was founded in 1120.'
     """
-    title_terms = set(terms(title))
+    title_terms, title_line = set(terms(title)), title.casefold()
     best, best_key = "", (-1, -1, False)
-    for sentence in _SENTENCE_END.split(text):
-        sentence = sentence.strip()
-        if not sentence or sentence.casefold() == title.casefold():
-            continue
-        found = wanted.intersection(terms(sentence))
-        key = (len(found - title_terms), len(found), sentence.count(" ") >= _SHORT_LINE_WORDS)
-        if key > best_key:
-            best, best_key = sentence, key
+    # Only the sentences around matches are read: pages are long and a cold query reads ten of them.
+    for sentence, found in _matching_sentences(text, wanted):
+        if sentence.casefold() != title_line:
+            key = (len(found - title_terms), len(found), sentence.count(" ") >= _SHORT_LINE_WORDS)
+            if key > best_key:
+                best, best_key = sentence, key
+    if not best:
+        best = _first_sentence(text, title_line)
     tokens = best.split()
     if len(tokens) <= words:
         return " ".join(tokens)
@@ -131,3 +137,52 @@ def snippet(text: str, wanted: set[str], title: str = "", words: int = SNIPPET_W
     start = max(0, min(first - words // 3, len(tokens) - words))
     cut = " ".join(tokens[start : start + words])
     return ("… " if start > 0 else "") + cut + (" …" if start + words < len(tokens) else "")
+
+
+def _matching_sentences(text: str, wanted: set[str]) -> Iterator[tuple[str, set[str]]]:
+    """Each sentence of ``text`` that holds a ``wanted`` term as a whole word, with the terms it holds, in order.
+
+    Plain ``str.find`` over the lowercased text, then a look at the stops around each hit: a cold query reads
+    ten long pages, where a regular expression over every page costs several times more.
+    """
+    lowered = text.lower()
+    if len(lowered) != len(text):  # a few characters lowercase to two; keep offsets aligned
+        lowered = "".join(c if len(c.lower()) != 1 else c.lower() for c in text)
+    hits = sorted((pos, term) for term in wanted for pos in _word_positions(lowered, term))
+    start, end, found = 0, 0, set()
+    for pos, term in hits:
+        if pos >= end:
+            if found:
+                yield text[start:end].strip(), found
+            start = max([end] + [i + len(stop) for stop in _STOPS if (i := text.rfind(stop, end, pos)) >= 0])
+            stop = _STOP.search(text, pos)
+            end, found = (stop.start() + 1 if stop else len(text)), set()
+        found.add(term)
+    if found:
+        yield text[start:end].strip(), found
+
+
+def _word_positions(text: str, word: str) -> Iterator[int]:
+    """Where ``word`` stands in ``text`` as a whole word (not inside a longer one)."""
+    i = text.find(word)
+    while i >= 0:
+        after = i + len(word)
+        if (i == 0 or not _is_word_char(text[i - 1])) and (after == len(text) or not _is_word_char(text[after])):
+            yield i
+        i = text.find(word, after)
+
+
+def _is_word_char(char: str) -> bool:
+    return char.isalnum() or char == "_"
+
+
+def _first_sentence(text: str, title_line: str) -> str:
+    """The first sentence of some length that is not the title; else the first sentence that is not the title."""
+    first, start = "", 0
+    for stop in _STOP.finditer(text + "\n"):
+        sentence, start = text[start : stop.start() + 1].strip(), stop.end()
+        if sentence and sentence.casefold() != title_line:
+            if sentence.count(" ") >= _SHORT_LINE_WORDS:
+                return sentence
+            first = first or sentence
+    return first

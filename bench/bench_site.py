@@ -1,0 +1,121 @@
+"""Benchmark the offline web: builtin site generation, search (cold and cached) and page rendering.
+
+Prints one JSON object (and writes it to ``--out``): the machine, package versions, and per site size the
+seconds to generate the site, list its documents and build its search index, search queries a second
+(cold: first time each query is asked; cached: asked again), and pages a second through ``site.render`` plus
+``html_to_view``.
+
+Usage:
+    python bench/bench_site.py            # sizes 2000 and 10000
+    python bench/bench_site.py --quick    # sizes 300 and 1000, fewer queries and pages
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from envs.web.browser import html_to_view  # noqa: E402
+from envs.web.builtin import BuiltinSite  # noqa: E402
+from envs.web.search import SearchIndex  # noqa: E402
+from envs.web.site import Site  # noqa: E402
+
+PACKAGES = ("bm25s", "lxml", "numpy", "gymnasium")
+
+
+def machine() -> dict[str, Any]:
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "packages": versions,
+    }
+
+
+def timed(fn: Any) -> tuple[Any, float]:
+    start = time.perf_counter()
+    value = fn()
+    return value, time.perf_counter() - start
+
+
+def queries_for(site: Site, documents: list, count: int) -> list[str]:
+    """Distinct queries of the kinds agents send: task questions, page titles, titles with a relation word."""
+    candidates = [t.question for t in site.tasks] + [d.title for d in documents]
+    candidates += [f"{d.title} born" for d in documents]
+    return list(dict.fromkeys(candidates))[:count]
+
+
+def bench_size(size: int, seed: int, queries: int, pages: int) -> dict[str, Any]:
+    site, generate_s = timed(lambda: BuiltinSite(seed=seed, size=size))
+    documents, documents_s = timed(lambda: list(site.documents()))
+    index, index_s = timed(lambda: SearchIndex(documents))
+    asked = queries_for(site, documents, queries)
+    _, cold_s = timed(lambda: [index.search(q) for q in asked])
+    _, cached_s = timed(lambda: [index.search(q) for q in asked])
+
+    step = max(1, len(documents) // pages)
+    paths = [d.path for d in documents[::step]][:pages]
+    htmls, render_s = timed(lambda: [site.render(p) for p in paths])
+    views, view_s = timed(lambda: [html_to_view(h, p) for h, p in zip(htmls, paths)])
+    return {
+        "size": size,
+        "pages": len(documents),
+        "tasks": len(site.tasks),
+        "generate_s": round(generate_s, 3),
+        "documents_s": round(documents_s, 3),
+        "index_build_s": round(index_s, 3),
+        "search": {
+            "queries": len(asked),
+            "cold_per_s": round(len(asked) / cold_s, 1),
+            "cached_per_s": round(len(asked) / cached_s, 1),
+        },
+        "render": {
+            "pages": len(paths),
+            "mean_html_chars": round(sum(map(len, htmls)) / len(htmls)),
+            "mean_chunks": round(sum(len(v.chunks) for v in views) / len(views), 2),
+            "site_render_per_s": round(len(paths) / render_s, 1),
+            "html_to_view_per_s": round(len(paths) / view_s, 1),
+            "html_to_view_ms": round(1000 * view_s / len(paths), 3),
+            "both_per_s": round(len(paths) / (render_s + view_s), 1),
+        },
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sites, fewer queries and pages")
+    parser.add_argument("--seed", type=int, default=0, help="builtin site seed")
+    parser.add_argument("--out", type=Path, help="also write the JSON here")
+    args = parser.parse_args(argv)
+    sizes, queries, pages = ((300, 1000), 200, 200) if args.quick else ((2000, 10000), 1000, 1000)
+    result = {
+        "bench": "site",
+        "quick": args.quick,
+        "machine": machine(),
+        "sites": [bench_size(size, args.seed, queries, pages) for size in sizes],
+    }
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
