@@ -4,6 +4,7 @@ paths replay through the real search and browser without the first search giving
 from __future__ import annotations
 
 import os
+import pickle
 import subprocess
 import sys
 
@@ -97,6 +98,11 @@ def test_different_seeds_give_different_sites():
     a, b = BuiltinSite(seed=5, size=120), BuiltinSite(seed=6, size=120)
     assert {e.name for e in a.world.entities}.isdisjoint(e.name for e in b.world.entities)
     assert {t.question for t in a.tasks}.isdisjoint(t.question for t in b.tasks)
+
+
+def test_a_pickled_site_comes_back_whole(small_site):
+    copy = pickle.loads(pickle.dumps(small_site))
+    assert copy.tasks == small_site.tasks and copy.page_html("/") == small_site.page_html("/")
 
 
 def test_too_small_a_world_is_refused_with_the_fix():

@@ -28,10 +28,10 @@ from .site import Document, Site
 from .tasks import make_tasks, question_words
 from .world import World
 
-# Rendered pages kept per site: enough for every page an episode group touches, small next to the site.
-PAGE_CACHE = 4096
+# Rendered pages kept per site: every page a group of episodes touches; browsers keep their own views too.
+PAGE_CACHE = 1024
 _TOKEN = re.compile(r"\w+")
-_YEARS = range(800, 2100)
+_YEARS = range(1000, 2100)
 
 
 class BuiltinSite(Site):
@@ -58,6 +58,10 @@ class BuiltinSite(Site):
         self.tasks, self._asked = make_tasks(self.world, self.pages)
         self._html = functools.lru_cache(maxsize=PAGE_CACHE)(self._render)
         self._single, self._multi = self._vocabulary()
+
+    def __reduce__(self):
+        # A site is its seed and size: pickles stay small and caches are rebuilt where it is unpickled.
+        return type(self), (self.seed, self.size)
 
     # --- pages -----------------------------------------------------------------------------------------
     def documents(self) -> Iterator[Document]:

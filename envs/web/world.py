@@ -129,12 +129,12 @@ EVENT_KINDS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     "competition": ("Competitions", ("{w} Competition",), ("art", "music")),
 }
 
-_ONSETS = (
-    "b", "d", "f", "g", "h", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z",
-    "br", "dr", "gr", "kr", "tr", "st", "sk", "th", "vr", "sh", "j", "w", "fl",
-)
-_NUCLEI = ("a", "e", "i", "o", "u", "a", "e", "o", "ae", "ei", "ia", "ou")
-_CODAS = ("", "", "", "n", "r", "l", "s", "m", "nd", "rn", "st", "rk", "ld", "th", "x", "v")
+# The syllable grammar: mostly single consonants around plain vowels, so names stay pronounceable.
+_ONSETS = ("b", "d", "f", "g", "h", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "j")
+_CLUSTERS = ("br", "dr", "tr", "st", "th", "kr", "gr", "sk", "fl")
+_NUCLEI = ("a", "e", "i", "o", "u", "a", "e", "o", "ae", "ei")
+_MIDDLE_CODAS = ("n", "r", "l", "s")
+_FINAL_CODAS = ("", "", "n", "r", "l", "s", "m", "nd", "rn", "st", "th", "k", "sk", "ld")
 
 
 @dataclass
@@ -200,8 +200,14 @@ class _Words:
         while True:
             parts = []
             for i in range(syllables):
-                onset = rng.choice(_ONSETS) if i or rng.random() < 0.8 else ""
-                coda = rng.choice(_CODAS) if i == syllables - 1 or rng.random() < 0.3 else ""
+                if i == 0 and rng.random() < 0.2:
+                    onset = ""
+                else:
+                    onset = rng.choice(_CLUSTERS if rng.random() < 0.15 else _ONSETS)
+                if i == syllables - 1:
+                    coda = rng.choice(_FINAL_CODAS)
+                else:
+                    coda = rng.choice(_MIDDLE_CODAS) if rng.random() < 0.3 else ""
                 parts.append(onset + rng.choice(_NUCLEI) + coda)
             word = "".join(parts)
             if 4 <= len(word) <= 10 and word not in self.used:
@@ -278,7 +284,7 @@ class World:
         for _ in range(n):
             self._add(
                 PLACE, self.words(rng.choice((2, 3))), "city",
-                years={"founded": rng.randint(820, 1640)},
+                years={"founded": rng.randint(1020, 1640)},
                 region=rng.choice(self.regions),
                 coastal=rng.random() < 0.4,
                 population=int(round(rng.lognormvariate(10.5, 1.1), -2)) + 800,
