@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import signal
-import subprocess
-import sys
 import urllib.request
 from pathlib import Path
 
@@ -13,10 +10,10 @@ import pytest
 
 from algos.cli import main
 from envs.web.corpus import load_corpus
+from envs.web.server import SiteServer
 from envs.web.site import Site, load_site
 
 FIXTURES = Path(__file__).parent / "fixtures"
-ROOT = Path(__file__).parent.parent
 
 
 def assert_same_site(built: Site, original: Site) -> None:
@@ -68,24 +65,16 @@ def test_help_explains_both_subcommands(capsys):
     assert "--out DIR" in text and "--site-size N" in text and "127.0.0.1" in text and "--port N" in text
 
 
-def test_serve_prints_its_url_and_serves_until_ctrl_c():
-    process = subprocess.Popen(
-        [sys.executable, "-m", "algos.cli", "site", "serve", str(FIXTURES / "corpus_html"), "--port", "0"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        line = process.stdout.readline()
-        url = line.split(" at ")[1].split("/ ")[0]
-        assert url.startswith("http://127.0.0.1:")
-        with urllib.request.urlopen(url + "/wiki/Vell", timeout=10) as response:
-            assert response.status == 200
-        process.send_signal(signal.SIGINT)
-        assert process.wait(timeout=10) == 0
-        assert "stopped" in process.stdout.read()
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+def test_serve_prints_its_url_serves_and_stops_on_ctrl_c(monkeypatch, capsys):
+    statuses = []
+
+    def wait(server: SiteServer) -> None:
+        with urllib.request.urlopen(server.url + "/wiki/Vell", timeout=10) as response:
+            statuses.append(response.status)
+        raise KeyboardInterrupt  # what Ctrl-C does to the main thread waiting here
+
+    monkeypatch.setattr(SiteServer, "wait", wait)
+    assert main(["site", "serve", str(FIXTURES / "corpus_html"), "--port", "0"]) == 0
+    out = capsys.readouterr().out
+    assert statuses == [200]
+    assert "at http://127.0.0.1:" in out and out.rstrip().endswith("stopped")
