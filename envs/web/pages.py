@@ -2,8 +2,9 @@
 
 A page is a list of blocks (title, hatnote, paragraphs, infobox rows, list items). The same blocks give the
 HTML the browser shows and the plain text the search index reads, so both say the same thing line for line.
-Blocks that only pad a page out (filler: prose with no names, years or other values in it) are marked, so
-the *skeleton* of a page (every block that states something) can be built on its own, fast, without them.
+Pages name another entity only in a link to it (or, for a city, in a category title such as "Museums in
+Oskarde"), and filler (prose that pads articles out) holds no name, year or other value: the task generator's
+check that a search never shows an answer (:class:`envs.web.tasks.SnippetCheck`) relies on both.
 
 Entity articles come in two lengths. A short article states every fact in an infobox near the top and again
 in prose. A long article has a bare infobox and states each fact once, in prose, behind several screens of
@@ -14,7 +15,7 @@ other pages were built before it.
 
 Example:
     >>> world = World(seed=0, size=120)
-    >>> page = build_page(world, world.entities[0].path)
+    >>> page = Pages(world).build(world.entities[0].path)
     >>> page.text().splitlines()[0] == world.entities[0].title
     True
 """
@@ -25,7 +26,7 @@ import html as html_lib
 import random
 import re
 from dataclasses import dataclass
-from typing import Iterator, Union
+from typing import Union
 
 from .world import (
     EVENT,
@@ -56,13 +57,11 @@ class Block:
         tag: ``"h1"``, ``"h2"``, ``"p"``, ``"note"`` (hatnote), ``"row"`` (infobox row) or ``"li"``.
         parts: the text, with links as ``(text, path)``.
         label: an infobox row's header cell.
-        filler: padding that states nothing (no names, years or other values).
     """
 
     tag: str
     parts: tuple[Segment, ...]
     label: str = ""
-    filler: bool = False
 
     def text(self) -> str:
         body = " ".join("".join(p if isinstance(p, str) else p[0] for p in self.parts).split())
@@ -248,33 +247,30 @@ def _home_page(cats: dict[str, Category]) -> Page:
 
 # --- entity articles ----------------------------------------------------------------------------------------
 class _Writer:
-    """Builds one article: fact sentences from ``facts`` (a generator seeded by the path) and, unless
-    ``skeleton``, filler from its own generator, so the skeleton's sentences are the full page's."""
+    """Builds one article. Fact wording and filler draw from two generators seeded by the path, so that the
+    amount of filler (long or short article) never changes how the facts are worded."""
 
-    def __init__(self, world: World, entity: Entity, skeleton: bool):
+    def __init__(self, world: World, entity: Entity):
         self.world = world
         self.e = entity
-        self.skeleton = skeleton
         self.facts = random.Random(f"{world.seed}:facts:{entity.path}")
         self.filler_rng = random.Random(f"{world.seed}:filler:{entity.path}")
         self.blocks: list[Block] = [Block("h1", (entity.title,))]
 
-    # Subject references: people by surname (now and then by full name), the rest by name.
-    def ref(self, rng: random.Random | None = None) -> str:
+    def ref(self, rng: random.Random | None = None, capital: bool = False) -> str:
+        """The subject as prose names it: people by surname (now and then by full name), the rest by name."""
         e = self.e
         rng = rng or self.facts
         if e.kind == PERSON:
-            return e.name if rng.random() < 0.3 else e.surname
-        return f"the {e.name}" if e.kind in (ORGANISATION, EVENT) else e.name
-
-    def Ref(self, rng: random.Random | None = None) -> str:
-        ref = self.ref(rng)
-        return ref[0].upper() + ref[1:]
+            ref = e.name if rng.random() < 0.3 else e.surname
+        else:
+            ref = f"the {e.name}" if e.kind in (ORGANISATION, EVENT) else e.name
+        return ref[0].upper() + ref[1:] if capital else ref
 
     def say(self, template: str, value: Entity | str | None = None) -> Block:
         """A paragraph from ``template``: ``{S}``/``{s}`` is the subject, ``{v}`` the value (a link for entities)."""
-        fmt = {"S": self.Ref(), "s": self.ref(), "P": _possessive(self.e), "p": _possessive(self.e).lower(),
-               "kind": self.e.category}
+        fmt = {"S": self.ref(capital=True), "s": self.ref(), "P": _possessive(self.e),
+               "p": _possessive(self.e).lower()}
         head, _, tail = template.partition("{v}")
         if isinstance(value, Entity):
             ref = f"the {value.name}" if value.kind in (ORGANISATION, EVENT) else value.name
@@ -294,8 +290,6 @@ class _Writer:
             self.pad(1)
 
     def pad(self, paragraphs: int) -> None:
-        if self.skeleton:
-            return
         rng = self.filler_rng
         pool = _FILLER[self.e.kind] + _FILLER_ANY
         for _ in range(paragraphs):
@@ -303,13 +297,12 @@ class _Writer:
             for template in rng.sample(pool, rng.randint(4, 6)):
                 sentence = template.format_map(_Slots(self, rng))
                 sentences.append(sentence[0].upper() + sentence[1:])
-            self.blocks.append(Block("p", (" ".join(sentences),), filler=True))
+            self.blocks.append(Block("p", (" ".join(sentences),)))
 
     def section(self, heading: str, long: int, short: int) -> None:
         """A section of filler only: ``long`` paragraphs on a long page, ``short`` on a short one."""
-        if not self.skeleton:
-            self.blocks.append(Block("h2", (heading,)))
-            self.pad(long if self.e.long else short)
+        self.blocks.append(Block("h2", (heading,)))
+        self.pad(long if self.e.long else short)
 
     def listing(self, heading: str, intro: str, entities: list[Entity]) -> None:
         if entities:
@@ -333,7 +326,8 @@ class _Writer:
         text = first + " " + self.facts.choice(second)
         self.blocks.append(Block("p", (text.format(P=_possessive(self.e), p=_possessive(self.e).lower()),)))
 
-    def categories(self, titles: list[str]) -> None:
+    def footer(self, titles: list[str]) -> None:
+        """The line linking the article's categories."""
         parts: list[Segment] = ["Categories: "]
         for i, title in enumerate(titles):
             parts += ([" · "] if i else []) + [(title, category_path(title))]
@@ -357,7 +351,7 @@ class _Slots(dict):
 
 
 _DRAW = {
-    "S": lambda w, rng, slots: w.Ref(rng),
+    "S": lambda w, rng, slots: w.ref(rng, capital=True),
     "s": lambda w, rng, slots: w.ref(rng),
     "P": lambda w, rng, slots: _possessive(w.e),
     "p": lambda w, rng, slots: _possessive(w.e).lower(),
@@ -376,8 +370,8 @@ def _possessive(e: Entity) -> str:
     return {"she": "Her", "he": "His"}.get(e.pronoun, "Its")
 
 
-def _article(world: World, e: Entity, skeleton: bool, lists: dict[tuple[str, int], list[Entity]]) -> Page:
-    w = _Writer(world, e, skeleton)
+def _article(world: World, e: Entity, lists: dict[tuple[str, int], list[Entity]]) -> Page:
+    w = _Writer(world, e)
     target = world.target
 
     def listed(what: str) -> list[Entity]:
@@ -400,7 +394,7 @@ def _article(world: World, e: Entity, skeleton: bool, lists: dict[tuple[str, int
         w.listing("Events", "{S} took part in the following events:", listed("events"))
         w.fact("Later life", _DIED, str(e.years["died"]))
         w.section("Legacy", 3, 1)
-        w.categories([birth_category(e)])
+        w.footer([birth_category(e)])
     elif e.kind == ORGANISATION:
         field = ORGANISATION_KINDS[e.category][2]
         w.lead(f"The {e.name} is {indefinite(e.category)} {e.category} devoted to {field}.", _SECOND_LEADS_THINGS)
@@ -412,7 +406,7 @@ def _article(world: World, e: Entity, skeleton: bool, lists: dict[tuple[str, int
         w.fact("Location", _CITY, target(e, "city"))
         w.listing("Collection", "The collection of {s} includes:", listed("held"))
         w.section("Reputation", 3, 1)
-        w.categories([organisation_category(world, e)])
+        w.footer([organisation_category(world, e)])
     elif e.kind == PLACE:
         coast = "coastal" if e.coastal else "inland"
         w.lead(f"{e.name} is {indefinite(coast)} {coast} city in the region of {e.region}.", _SECOND_LEADS_THINGS)
@@ -423,7 +417,7 @@ def _article(world: World, e: Entity, skeleton: bool, lists: dict[tuple[str, int
         w.listing("Institutions", "Institutions based in {s} include:", listed("based"))
         w.listing("Events", "{S} has hosted these events:", listed("hosted"))
         w.section("Economy", 3, 1)
-        w.categories([region_category(e.region)] + ([COASTAL_CATEGORY] if e.coastal else []))
+        w.footer([region_category(e.region)] + ([COASTAL_CATEGORY] if e.coastal else []))
     elif e.kind == WORK:
         w.lead(f"{e.name} is {indefinite(e.category)} {e.category}.", _SECOND_LEADS_THINGS)
         w.infobox([("Type", e.category), ("Creator", target(e, "creator")), ("Year", e.years["year"]),
@@ -433,7 +427,7 @@ def _article(world: World, e: Entity, skeleton: bool, lists: dict[tuple[str, int
         w.fact("Date", _COMPLETED, str(e.years["year"]))
         w.fact("Provenance", _HOLDER, target(e, "holder"))
         w.section("Reception", 3, 1)
-        w.categories([WORK_KINDS[e.category][0]])
+        w.footer([WORK_KINDS[e.category][0]])
     else:
         w.lead(f"The {e.name} was {indefinite(e.category)} {e.category}.", _SECOND_LEADS_THINGS)
         w.infobox([("Type", e.category), ("Year", e.years["year"]), ("Venue", target(e, "venue"))])
@@ -442,11 +436,11 @@ def _article(world: World, e: Entity, skeleton: bool, lists: dict[tuple[str, int
         w.fact("Venue", _VENUE, target(e, "venue"))
         w.listing("Participants", "Participants in {s} included:", [world.entities[i] for i in e.participants])
         w.section("Aftermath", 3, 1)
-        w.categories([EVENT_KINDS[e.category][0]])
+        w.footer([EVENT_KINDS[e.category][0]])
     return Page(e.path, e.title, tuple(w.blocks))
 
 
-# The lists each kind of article shows (keys of Pages.lists).
+# The lists each kind of article shows (see Pages._index_lists).
 _LISTS = {PERSON: ("works", "events"), ORGANISATION: ("held",), PLACE: ("based", "hosted"), WORK: (), EVENT: ()}
 
 
@@ -471,6 +465,8 @@ class Pages:
         paths: every page's path in a fixed order: the main page, articles (by entity id), categories (by
             title), disambiguation pages (by name).
         titles: every page's title by path.
+        categories: the category pages by path.
+        disambiguations: the disambiguation pages by path, each with the ids of the people it lists.
         mentioned_on: for each entity id, the paths of the pages that name it.
     """
 
@@ -481,7 +477,7 @@ class Pages:
             disambiguation_path(world.entities[ids[0]].name): ids for ids in world.collisions
         }
         self._entities = {e.path: e for e in world.entities}
-        self._index_lists()
+        self._lists = self._index_lists()
         self.mentioned_on = self._index_mentions()
         self.titles: dict[str, str] = {HOME_PATH: HOME_TITLE}
         self.titles.update((e.path, e.title) for e in world.entities)
@@ -493,7 +489,7 @@ class Pages:
             + tuple(sorted(self.disambiguations))
         )
 
-    def _index_lists(self) -> None:
+    def _index_lists(self) -> dict[tuple[str, int], list[Entity]]:
         """Inverse relations once, so an article's lists cost a lookup, not a scan of the world."""
         lists: dict[tuple[str, int], list[Entity]] = {}
         for e in self.world.entities:
@@ -506,7 +502,7 @@ class Pages:
                 lists.setdefault(("hosted", e.links["venue"]), []).append(e)
                 for p in e.participants:
                     lists.setdefault(("events", p), []).append(e)
-        self.lists = lists
+        return lists
 
     def _index_mentions(self) -> dict[int, tuple[str, ...]]:
         """For each entity id, the pages that name it. Pages name other entities only in links, so these are
@@ -515,7 +511,7 @@ class Pages:
         on: dict[int, dict[str, None]] = {e.id: {e.path: None} for e in self.world.entities}
         for e in self.world.entities:
             named = list(e.links.values()) + list(e.participants)
-            named += [x.id for what in _LISTS[e.kind] for x in self.lists.get((what, e.id), ())]
+            named += [x.id for what in _LISTS[e.kind] for x in self._lists.get((what, e.id), ())]
             for i in named:
                 on[i][e.path] = None
         for path, category in self.categories.items():
@@ -526,15 +522,11 @@ class Pages:
                 on[i][path] = None
         return {i: tuple(paths) for i, paths in on.items()}
 
-    def entity(self, path: str) -> Entity | None:
-        """The entity whose article is at ``path``, if any."""
-        return self._entities.get(path)
-
-    def build(self, path: str, skeleton: bool = False) -> Page | None:
-        """The page at ``path`` (``None`` when there is none); ``skeleton`` leaves out the filler."""
+    def build(self, path: str) -> Page | None:
+        """The page at ``path``, or ``None`` when there is none."""
         entity = self._entities.get(path)
         if entity is not None:
-            return _article(self.world, entity, skeleton, self.lists)
+            return _article(self.world, entity, self._lists)
         if path in self.categories:
             return _category_page(self.world, path, self.categories[path])
         if path in self.disambiguations:
@@ -542,14 +534,6 @@ class Pages:
         if path == HOME_PATH:
             return _home_page(self.categories)
         return None
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.paths)
-
-
-def build_page(world: World, path: str) -> Page | None:
-    """The page at ``path`` of ``world`` (builds the page index each call: use :class:`Pages` for many)."""
-    return Pages(world).build(path)
 
 
 # --- templates -------------------------------------------------------------------------------------------------

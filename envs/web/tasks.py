@@ -126,13 +126,14 @@ class _Made:
 class SnippetCheck:
     """Tells whether a search could show an answer in a result's title or snippet.
 
-    A search for a query returns pages holding its terms, each shown with its title and the first sentence
-    with the most query terms (:func:`envs.web.search.snippet`). Page text names an entity only in its own
-    article or in a link to it, and filler holds no query word, so a page holding a query term is one that
-    names an entity whose name holds the term (or a category whose title does, or the main page listing
-    it). Such a page's best sentence is its title line, or a line naming its subject and that entity (a
-    fact, a list row, a category row with a birth year, which the person's birth-year category title shows
-    too). So the check looks for the answer in those titles and names: exact or stricter than the search.
+    A search returns pages holding a query term, each shown with its title and one sentence of its text
+    (:func:`envs.web.search.snippet`): one holding query terms, else an opening one. Pages name another entity
+    only in a link to it (or a city in a category title), and neither leads nor filler hold a name, year or
+    other value, so a page holding a query term names an entity whose name holds it, or is a category whose
+    title does (or the main page, which lists that category). What such a page can show is its title, its
+    subject and that entity, and in list rows a person's birth year, which the person's birth-year category
+    title shows too. So the check looks for the answer in those titles and names: as strict as the search or
+    stricter.
     """
 
     def __init__(self, pages: Pages):
@@ -238,9 +239,9 @@ class _Maker:
 
     # --- gold paths ------------------------------------------------------------------------------------
     def visit(self, e: Entity, keys: Iterable[str] = (), shallow: Iterable[tuple[str, str]] = ()) -> list[GoldStep]:
-        """Open ``e``'s page and read facts ``keys``, then the ``(expect, note)`` pairs of ``shallow``, which
-        the first screen always shows. A short page shows every fact on its first screen (the infobox); on a
-        long page each fact sits deep in the prose, so the path scrolls down to it."""
+        """Open ``e``'s page and read the ``(expect, note)`` pairs of ``shallow`` (its lead and infobox show
+        them on the first screen) and its facts ``keys``. A short page shows every fact on its first screen
+        (the infobox); on a long page each fact sits deep in the prose, so the path scrolls down to it."""
         order = FACT_ORDER[e.kind]
         facts = [(self.value(e, k), _NOTE[(e.kind, k)].format(e=_subject(e), v=self.value(e, k)))
                  for k in sorted(set(keys), key=order.index)]
