@@ -87,6 +87,11 @@ class SearchIndex:
                 self._cache.popitem(last=False)
         return list(results)
 
+    def cache_clear(self) -> None:
+        """Forget cached results (benchmarks measure cold queries with it)."""
+        with self._lock:
+            self._cache.clear()
+
     def _search(self, query: str, k: int) -> list[SearchResult]:
         if self._bm25 is None or k <= 0:
             return []
