@@ -21,6 +21,7 @@ Example:
 
 from __future__ import annotations
 
+import inspect
 import re
 from dataclasses import dataclass, field
 from typing import Any, Hashable, Sequence
@@ -237,6 +238,8 @@ class LLMAgent(Agent):
         self.last_steps: list[AgentStep] = []
         self._sessions: dict[tuple[int, Hashable], _Session] = {}
         self._chat = bool(getattr(tokenizer, "chat_template", None))
+        # Transformers renamed ``past_key_values`` to ``cache`` during v5; pass whichever this model takes.
+        self._cache_kwarg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         self._pad_id = next(i for i in (tokenizer.pad_token_id, tokenizer.eos_token_id, 0) if i is not None)
         eos = model.generation_config.eos_token_id if model.generation_config is not None else None
         eos = eos if isinstance(eos, list) else [eos]
@@ -251,13 +254,17 @@ class LLMAgent(Agent):
             self._sessions = {k: s for k, s in self._sessions.items() if k[0] != index}
 
     def act(self, observation: str, info: dict[str, Any]) -> str:
-        """The action for one env (env index 0 of the caches)."""
+        """The action for one env (env index 0 unless ``info["env_index"]`` says otherwise)."""
         return self.act_batch([observation], [info])[0]
 
     @torch.no_grad()
     def act_batch(self, observations: Sequence[str], infos: Sequence[dict[str, Any]]) -> list[str]:
-        """Actions for a batch of envs (env ``i`` is ``observations[i]``, ``infos[i]``) in one batched pass."""
-        keys = [(i, info.get("session_id")) for i, info in enumerate(infos)]
+        """Actions for a batch of envs in one batched pass.
+
+        Caches belong to ``(info["env_index"], info["session_id"])``; without ``env_index`` (a plain list of
+        envs) the env is its position in the batch.
+        """
+        keys = [(info.get("env_index", i), info.get("session_id")) for i, info in enumerate(infos)]
         prompts = [self._prompt(obs, info) for obs, info in zip(observations, infos)]
         rows, prompt_ids = [], []
         for key, prompt in zip(keys, prompts):
@@ -348,8 +355,8 @@ class LLMAgent(Agent):
             input_ids=input_ids.to(self.device),
             attention_mask=mask,
             position_ids=positions.to(self.device),
-            cache=cache,
             use_cache=True,
+            **{self._cache_kwarg: cache},
             logits_to_keep=logits_to_keep,
         )
         next_positions = torch.tensor([r.past + len(r.new_ids) for r in rows], device=self.device)
@@ -380,8 +387,10 @@ class LLMAgent(Agent):
         """Indices drawn from ``softmax(scores / temperature)`` per row (argmax at temperature 0)."""
         if self.temperature == 0:
             return scores.argmax(-1)
-        probs = torch.softmax(scores.double() / self.temperature, -1)
-        return torch.multinomial(probs, 1, generator=self.generator).squeeze(1)
+        probs = torch.softmax(scores / self.temperature, -1)
+        # argmax(p / E) with E ~ Exp(1) is a draw from p, and much cheaper than multinomial on CPU.
+        noise = torch.empty_like(probs).exponential_(generator=self.generator)
+        return (probs / noise).argmax(-1)
 
     # --- generate ---------------------------------------------------------------------------------------
     def _generate(self, rows: Sequence[_Row]) -> list[tuple[AgentStep, KV]]:
@@ -409,8 +418,8 @@ class LLMAgent(Agent):
                 input_ids=feed[:, None],
                 attention_mask=mask,
                 position_ids=positions[:, None],
-                cache=cache,
                 use_cache=True,
+                **{self._cache_kwarg: cache},
             ).logits
             positions = positions + active.long()
         results = []

@@ -42,9 +42,11 @@ from envs.prompts import ROLE_TAG
 EOS_TOKEN = "<|endoftext|>"
 SPECIAL_TOKENS = (EOS_TOKEN, *ROLE_TAG.values())
 
-# Words, whitespace runs and punctuation marks are isolated before BPE, so a word's tokens never depend on
-# what precedes it (FINDINGS.md: copying across token forms is what tiny models failed to learn).
-_PIECES = Regex(r"\w+|\s+|[^\w\s]")
+# Runs of letters and digits, runs of whitespace and every other single character are separate pieces before
+# BPE, so a word's tokens never depend on what precedes it (FINDINGS.md: copying across token forms is what
+# tiny models failed to learn); "_" splits too, so /wiki/Edra_Vane holds the tokens of "Edra" and "Vane", and
+# a call always ends with the token ")" alone.
+_PIECES = Regex(r"[^\W_]+|\s+|\S")
 
 TINY_SIZES: dict[str, dict[str, int]] = {
     # Width, depth, heads and MLP width: 1.3M, 3.3M and 10.4M parameters with a 2,000-token vocabulary.
@@ -134,17 +136,34 @@ def make_tiny(
     return model, tokenizer
 
 
-def default_texts() -> list[str]:
-    """Text to train a tiny tokenizer on when none is given: the system prompt, questions and builtin site pages."""
-    from envs.actions import TOOL_ARGS
-    from envs.prompts import system_prompt
-    from envs.web.site import load_site
+def default_texts(episodes: int = 24) -> list[str]:
+    """What agents read on the builtin site (seed 0, 120 entities), for a tiny tokenizer when no texts are given.
 
-    site = load_site("builtin", site_seed=0, site_size=120)
-    texts = [system_prompt(list(TOOL_ARGS))]
-    texts += [task.question for task in site.tasks]
-    texts += [f"{doc.title}\n{doc.text}" for doc in site.documents()]
-    return texts
+    The transcripts of oracle episodes (searching, reading pages, compacting and forking: every session's
+    context and its last action), then every page's text.
+    """
+    import gymnasium as gym
+
+    import envs  # noqa: F401  (registers the environments)
+
+    from .oracle import OracleAgent
+
+    env = gym.make("mosaic/WebQA-v0", site_size=120)
+    oracle = OracleAgent(env, compact_at=0.5, fork=True)
+    texts = []
+    for seed in range(episodes):
+        observation, info = env.reset(seed=seed)
+        oracle.reset()
+        sessions: dict[int, str] = {}
+        done = False
+        while not done:
+            action = oracle.act(observation, info)
+            sessions[info["session_id"]] = observation + action
+            observation, _, terminated, truncated, info = env.step(action)
+            done = terminated or truncated
+        texts += sessions.values()
+    site = env.unwrapped.site
+    return texts + [f"{doc.title}\n{doc.text}" for doc in site.documents()]
 
 
 def smollm2_gguf() -> Path:

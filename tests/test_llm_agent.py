@@ -49,7 +49,7 @@ def tiny():
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        if loss.item() < 0.02:
+        if loss.item() < 0.05:
             break
     return model.eval(), tokenizer
 
@@ -235,6 +235,23 @@ def test_reset_drops_the_caches(tiny):
     assert fed[0] == 2 * len(agent.last_steps[0].prompt_ids)
     agent.reset()
     assert not agent._sessions
+
+
+def test_caches_follow_env_index_when_the_batch_shrinks(tiny):
+    """A collector drops finished envs from the batch; ``info["env_index"]`` keeps each env on its own cache."""
+    model, tokenizer = tiny
+    agent = LLMAgent(model, tokenizer, temperature=0, max_new_tokens=4)
+    sessions = [_messages(q) for q in ("where was Edra Vane born?", "Mira Quell?", "where was Ikel Osk born?")]
+    infos = [_info(m, env_index=i) for i, m in enumerate(sessions)]
+    actions = agent.act_batch([render_transcript(m) for m in sessions], infos)
+    grown = [m + [{"role": "assistant", "content": a}, {"role": "user", "content": "ok"}]
+             for m, a in zip(sessions, actions)]
+    fed, handle = _count_fed_tokens(model)
+    agent.act_batch([render_transcript(grown[2])], [_info(grown[2], env_index=2)])
+    handle.remove()
+    assert fed[0] < 10  # only the new turn, not the whole context of env 2
+    fresh = LLMAgent(model, tokenizer, temperature=0, max_new_tokens=4)
+    assert agent.last_steps[0].text == fresh.act(render_transcript(grown[2]), _info(grown[2]))
 
 
 def test_same_seed_same_actions(tiny):

@@ -106,6 +106,15 @@ def test_load_model_builds_tiny_presets():
     assert torch.equal(model.lm_head.weight, again.lm_head.weight)
 
 
+def test_default_tiny_tokenizer_knows_the_envs_words():
+    """Without texts, tiny presets train their tokenizer on oracle transcripts of the builtin site."""
+    _, tokenizer = load_model("tiny-1m")
+    for word in ("search", "scroll", "answer", "wiki", "Steps"):
+        assert len(tokenizer.encode(word)) == 1, word
+    pieces = ("/wiki/", "Edra", "_", "Vane")
+    assert tokenizer.encode("".join(pieces)) == [t for p in pieces for t in tokenizer.encode(p)]
+
+
 def test_smollm2_loads_offline_and_keeps_its_chat_template_append_only():
     """Needs the ``smollm2`` extra (part of the README setup): a missing package fails here, naming the fix."""
     torch.set_num_threads(1)
