@@ -207,6 +207,7 @@ class _Renderer:
         self.links: list[Link] = []
         self.link_text: list[str] | None = None  # the text of the link being read, when inside one
         self.pre_depth = 0
+        self.flushes = 0
         self.walk(root)
         self.flush()
 
@@ -237,7 +238,7 @@ class _Renderer:
         that shows no text loses its number again."""
         href = (element.get("href") or "").strip()
         followable = href and not href.startswith("#") and not href.lower().startswith(("javascript:", "mailto:"))
-        outer_text, marker = self.link_text, len(self.pieces)
+        outer_text, marker, flushes = self.link_text, len(self.pieces), self.flushes
         if followable:
             self.pieces.append(f" [{len(self.links) + 1}] ")
             self.link_text = []
@@ -247,7 +248,7 @@ class _Renderer:
         if followable:
             text = " ".join("".join(self.link_text or ()).split())
             self.link_text = outer_text
-            if text or marker >= len(self.pieces):
+            if text or flushes != self.flushes:  # a number already written out on a line stays
                 self.links.append(Link(len(self.links) + 1, text, self.resolve(href)))
             else:
                 self.pieces[marker] = ""
@@ -274,6 +275,7 @@ class _Renderer:
     def flush(self) -> None:
         line = " ".join("".join(self.pieces).split())
         self.pieces.clear()
+        self.flushes += 1
         if line:
             self.lines.append(line)
 
