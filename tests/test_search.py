@@ -54,6 +54,7 @@ def test_junk_queries_return_nothing(index, query):
 
 def test_an_empty_index_finds_nothing():
     assert SearchIndex([]).search("anything") == []
+    assert SearchIndex([Document("/a", "", ""), Document("/b", "!", "?")]).search("anything") == []
 
 
 def test_case_punctuation_and_order_do_not_matter(index):

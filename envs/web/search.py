@@ -61,9 +61,9 @@ class SearchIndex:
     def __init__(self, documents: Sequence[Document]):
         self.documents = list(documents)
         self._bm25: bm25s.BM25 | None = None
-        if self.documents:
+        corpus = [terms(f"{d.title} " * TITLE_WEIGHT + d.text) for d in self.documents]
+        if any(corpus):  # bm25s cannot index a corpus without a single word
             self._bm25 = bm25s.BM25()
-            corpus = [terms(f"{d.title} " * TITLE_WEIGHT + d.text) for d in self.documents]
             self._bm25.index(corpus, show_progress=False)
         self._cache: OrderedDict[tuple[str, int], tuple[SearchResult, ...]] = OrderedDict()
         self._lock = threading.Lock()
