@@ -118,7 +118,7 @@ def step_times(args: argparse.Namespace, backend: str, bare: "Bare | None" = Non
             if recorder.urls:
                 page_steps.append(elapsed)
                 if bare is not None:
-                    goto_s, set_s = bare.show(env.unwrapped.site.render(recorder.urls[-1]))
+                    goto_s, set_s = bare.show(recorder.urls[-1], env.unwrapped.site.render(recorder.urls[-1]))
                     bare_goto.append(goto_s)
                     bare_set.append(set_s)
             if terminated or truncated or len(all_steps) >= args.steps:
@@ -158,10 +158,10 @@ class Bare:
         else:
             route.abort("blockedbyclient")
 
-    def show(self, html: str) -> tuple[float, float]:
+    def show(self, url: str, html: str) -> tuple[float, float]:
         self.html = html
         start = time.perf_counter()
-        self.goto_page.goto(f"{ORIGIN}/bare", wait_until="load")
+        self.goto_page.goto(ORIGIN + url, wait_until="load")
         goto_s = time.perf_counter() - start
         start = time.perf_counter()
         self.set_page.set_content(html, wait_until="load")
@@ -169,9 +169,10 @@ class Bare:
 
 
 def memory() -> dict[str, int]:
-    """Bytes of RSS and PSS summed over this process and every process it started (driver, Chromium)."""
+    """Bytes of RSS, PSS and USS (private) summed over this process and every process it started (driver,
+    Chromium). Summed RSS counts Chromium's shared code once per process; PSS shares it out; USS leaves it out."""
     pids = [os.getpid(), *child_processes("")]
-    totals = {"Rss": 0, "Pss": 0}
+    totals = {"Rss": 0, "Pss": 0, "Private_Clean": 0, "Private_Dirty": 0}
     for pid in pids:
         try:
             with open(f"/proc/{pid}/smaps_rollup") as f:
@@ -181,7 +182,8 @@ def memory() -> dict[str, int]:
                         totals[key] += int(value.split()[0]) * 1024
         except OSError:
             continue  # ended while we looked
-    return {"rss": totals["Rss"], "pss": totals["Pss"], "processes": len(pids)}
+    return {"rss": totals["Rss"], "pss": totals["Pss"], "uss": totals["Private_Clean"] + totals["Private_Dirty"],
+            "processes": len(pids)}
 
 
 def memory_per_env(args: argparse.Namespace) -> dict[str, Any]:
@@ -196,23 +198,19 @@ def memory_per_env(args: argparse.Namespace) -> dict[str, Any]:
                 env.step(action)
             opened.append(env)
         time.sleep(0.5)  # let freshly started renderer processes settle before reading their memory
-        samples[count] = memory()
-    chromium = len(child_processes())
+        samples[count] = {**memory(), "chromium_processes": len(child_processes())}
     for env in opened:
         env.close()
     one, many = samples[1], samples[args.envs]
-    extra = args.envs - 1
-    return {
-        "envs": args.envs,
-        "rss_1_env_mib": mib(one["rss"]),
-        f"rss_{args.envs}_envs_mib": mib(many["rss"]),
-        "rss_per_extra_env_mib": mib((many["rss"] - one["rss"]) / extra),
-        "pss_1_env_mib": mib(one["pss"]),
-        f"pss_{args.envs}_envs_mib": mib(many["pss"]),
-        "pss_per_extra_env_mib": mib((many["pss"] - one["pss"]) / extra),
-        f"chromium_processes_with_{args.envs}_envs": chromium,
-        "target_mib_per_extra_env": TARGET_MIB_PER_ENV,
-    }
+    out: dict[str, Any] = {"envs": args.envs}
+    for kind in ("rss", "pss", "uss"):
+        out[f"{kind}_1_env_mib"] = mib(one[kind])
+        out[f"{kind}_{args.envs}_envs_mib"] = mib(many[kind])
+        out[f"{kind}_per_extra_env_mib"] = mib((many[kind] - one[kind]) / (args.envs - 1))
+    out["chromium_processes_1_env"] = one["chromium_processes"]
+    out[f"chromium_processes_{args.envs}_envs"] = many["chromium_processes"]
+    out["target_mib_per_extra_env"] = TARGET_MIB_PER_ENV
+    return out
 
 
 def ms(seconds: float) -> float:

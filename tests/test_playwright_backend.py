@@ -47,6 +47,11 @@ class ScriptedSite(Site):
             back.textContent = "Home";
             document.body.appendChild(back);
             </script></body></html>""",
+        "/late": """<html><head><title>Late</title></head>
+            <body onload="document.getElementById('state').textContent = 'after load'">
+            <p id="state">before load</p></body></html>""",
+        "/redirect": """<html><head><title>Redirect</title></head><body><p>Moving.</p>
+            <script>location.replace("/late")</script></body></html>""",
         "/outside": """<html><head><title>Outside</title>
             <script src="https://example.org/lib.js"></script></head><body><p>Reaching out.</p>
             <img src="http://example.com/pixel.png"><script>
@@ -141,6 +146,13 @@ def test_scripts_run_and_storage_does_not_outlive_its_episode(scripted):
     assert scripted.view("/memory").chunks[0].startswith("storage: kept; cookie: visited=yes")
     scripted.new_episode()
     assert scripted.view("/memory").chunks == first.chunks
+
+
+def test_onload_handlers_have_run_and_script_redirects_are_followed(scripted):
+    assert scripted.view("/late").chunks == ("after load",)
+    for _ in range(3):  # the redirect races the read of the DOM: any order must land on the same page
+        view = scripted.view("/redirect")
+        assert (view.url, view.title, view.chunks) == ("/redirect", "Late", ("after load",))
 
 
 def test_requests_outside_the_site_are_refused_and_recorded(scripted):
