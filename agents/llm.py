@@ -398,22 +398,24 @@ class LLMAgent(Agent):
         batch = len(rows)
         gen: list[list[int]] = [[] for _ in range(batch)]
         logprobs: list[list[float]] = [[] for _ in range(batch)]
-        active = torch.ones(batch, dtype=torch.bool, device=self.device)
+        active = [True] * batch
         for _ in range(self.max_new_tokens):
             last = logits[:, -1].float()
             tokens = self._sample(last)
             token_logprobs = torch.log_softmax(last, -1).gather(1, tokens[:, None]).squeeze(1)
-            for i in active.nonzero().squeeze(1).tolist():
-                token = int(tokens[i])
+            for i, (token, logprob) in enumerate(zip(tokens.tolist(), token_logprobs.tolist())):
+                if not active[i]:
+                    continue
                 gen[i].append(token)
-                logprobs[i].append(float(token_logprobs[i]))
-                if token in self._eos_ids or tool_call_complete(self._decode(gen[i])) or len(gen[i]) >= self.max_new_tokens:
-                    active[i] = False
-            if not active.any():
+                logprobs[i].append(logprob)
+                finished = token in self._eos_ids or len(gen[i]) >= self.max_new_tokens
+                active[i] = not (finished or tool_call_complete(self._decode(gen[i])))
+            if not any(active):
                 break
             # Finished rows feed padding that nothing attends to, so their caches end at their last fed token.
-            feed = torch.where(active, tokens, torch.full_like(tokens, self._pad_id))
-            mask = torch.cat([mask, active.long()[:, None]], dim=1)
+            feeding = torch.tensor(active, device=self.device)
+            feed = torch.where(feeding, tokens, torch.full_like(tokens, self._pad_id))
+            mask = torch.cat([mask, feeding.long()[:, None]], dim=1)
             logits = self.model(
                 input_ids=feed[:, None],
                 attention_mask=mask,
@@ -421,7 +423,7 @@ class LLMAgent(Agent):
                 use_cache=True,
                 **{self._cache_kwarg: cache},
             ).logits
-            positions = positions + active.long()
+            positions = positions + feeding.long()
         results = []
         for i in range(batch):
             text = self._decode(self._without_eos(gen[i]))
