@@ -145,10 +145,25 @@ def test_search_finds_the_evidence():
 
 
 def test_a_taken_url_falls_back_to_the_id_path(tmp_path):
-    docs = [GOOD_DOC, dict(GOOD_DOC, id="d2", title="A again")]
+    docs = [
+        GOOD_DOC,
+        dict(GOOD_DOC, id="d2", title="A again"),
+        dict(GOOD_DOC, id="my doc?", url="wiki/B"),
+        dict(GOOD_DOC, id="d4", url="wiki/B"),
+    ]
     site = load_corpus(write_jsonl(tmp_path / "docs.jsonl", docs))
-    assert [d.path for d in site.documents()] == ["/wiki/A", "/doc/d2"]
+    assert [d.path for d in site.documents()] == ["/wiki/A", "/doc/d2", "/wiki/B", "/doc/d4"]
+    assert site.render("/doc/d2") is not None and site.render("/wiki/B") is not None
     assert site.name == "docs" and site.tasks == ()
+    clash = [dict(GOOD_DOC, url="/doc/d2"), dict(GOOD_DOC, id="d2", url="/doc/d2")]
+    with pytest.raises(CorpusError, match="line 2: document 'd2' has no path of its own"):
+        load_corpus(write_jsonl(tmp_path / "clash.jsonl", clash))
+
+
+def test_an_id_path_is_served_under_its_quoted_url(tmp_path):
+    site = load_corpus(write_jsonl(tmp_path / "docs.jsonl", [dict(GOOD_DOC, id="my doc?", url="")]))
+    assert [d.path for d in site.documents()] == ["/doc/my doc?"]
+    assert site.render("/doc/my%20doc%3F") == site.page_html("/doc/my doc?") is not None
 
 
 # --- tasks --------------------------------------------------------------------------------------------

@@ -11,8 +11,8 @@ Two layouts load, each with an optional ``tasks.jsonl`` beside the pages:
       {"id": "d1", "url": "/wiki/Edra_Vane", "title": "Edra Vane", "text": "Edra Vane was a painter ..."}
 
   with ``"html"`` instead of ``"text"`` for HTML documents (text is shown as simple paragraphs). The page
-  path is ``url`` when it is a site path, ``/<host><path>`` for an absolute URL, and ``/doc/<id>`` when
-  ``url`` is absent or its path is already taken.
+  path is ``url`` when it is a site path (``wiki/X`` counts as ``/wiki/X``), ``/<host><path>`` for an
+  absolute URL, and ``/doc/<id>`` when ``url`` is absent or its path is already taken.
 
 ``tasks.jsonl`` holds one task a line::
 
@@ -195,18 +195,18 @@ def page_file(path: str) -> str:
 
 
 def _html_pages(root: Path) -> list[CorpusPage]:
-    pages = []
-    for relative in iter_files(root):
+    pages, top = [], root.resolve()
+    for relative in iter_files(top):
         if not relative.endswith(HTML_SUFFIXES):
             continue
         stem = relative.rsplit(".", 1)[0]
         folder, _, name = stem.rpartition("/")
         if name != "index":
-            pages.append(CorpusPage("/" + stem, root / relative, aliases=("/" + relative,)))
+            pages.append(CorpusPage("/" + stem, top / relative, aliases=("/" + relative,)))
         elif folder:
-            pages.append(CorpusPage(f"/{folder}/", root / relative, aliases=("/" + relative, "/" + folder)))
+            pages.append(CorpusPage(f"/{folder}/", top / relative, aliases=("/" + relative, "/" + folder)))
         else:
-            pages.append(CorpusPage("/", root / relative, aliases=("/" + relative,)))
+            pages.append(CorpusPage("/", top / relative, aliases=("/" + relative,)))
     return pages
 
 
@@ -232,7 +232,9 @@ def _jsonl_site(file: Path) -> CorpusSite:
             raise CorpusError(f'{where}: "url" must be a string; a valid line: {_DOCUMENT_EXAMPLE}')
         path = _document_path(url)
         if not path or path in taken:
-            path = "/doc/" + urllib.parse.quote(doc_id, safe="")
+            path = "/doc/" + doc_id
+            if path in taken:
+                raise CorpusError(f"{where}: document {doc_id!r} has no path of its own: {path} is taken")
         taken.add(path)
         if "html" in record:
             pages.append(CorpusPage(path, _string(record, "html", where, _DOCUMENT_EXAMPLE, empty=True), title))
@@ -246,10 +248,11 @@ def _jsonl_site(file: Path) -> CorpusSite:
 
 
 def _document_path(url: str) -> str:
+    """The site path of a document's url (unquoted, as :meth:`Site.render` looks pages up); ``""`` for none."""
     parts = urllib.parse.urlsplit(url)
     if parts.netloc:
         return "/" + parts.netloc.lower() + urllib.parse.unquote(parts.path or "/")
-    return urllib.parse.unquote(parts.path) if parts.path.startswith("/") else ""
+    return "/" + urllib.parse.unquote(parts.path).lstrip("/") if parts.path else ""
 
 
 def text_to_html(title: str, text: str) -> str:
