@@ -1,0 +1,28 @@
+"""Learners: credit assignment across sessions, policy gradient, BudgetMix and Pass@(K,T).
+
+- :mod:`algos.advantages`: ``broadcast`` and ``mosaic`` as pure functions (one advantage per session).
+- :class:`algos.PolicyGradient`: clipped token-level policy gradient on an ``LLMAgent``'s model.
+- :mod:`algos.budgets`: BudgetMix samplers, one budget per group.
+- :mod:`algos.evaluate`: Pass@(K,T) with the unbiased estimator, as a table and a heatmap.
+- the ``mosaic`` command line: :mod:`algos.cli`.
+
+Example:
+    >>> from algos import advantages
+    >>> advantages.broadcast([1.0, 0.0], [0, 0, 1]).round(3).tolist()
+    [1.0, 1.0, -1.0]
+"""
+
+from __future__ import annotations
+
+from . import advantages, budgets
+
+__all__ = ["PGConfig", "PolicyGradient", "TrainSequence", "advantages", "budgets"]
+
+
+def __getattr__(name: str):
+    # The learner imports torch: load it only when asked for, so `mosaic site ...` starts fast.
+    if name in ("PGConfig", "PolicyGradient", "TrainSequence"):
+        from . import pg
+
+        return getattr(pg, name)
+    raise AttributeError(f"module 'algos' has no attribute {name!r}")
