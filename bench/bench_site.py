@@ -45,6 +45,8 @@ def machine() -> dict[str, Any]:
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),
         "cpus": os.cpu_count(),
+        # Other work on a shared machine slows every number down; this says how busy it was.
+        "load_average_1m": round(os.getloadavg()[0], 2),
         "python": platform.python_version(),
         "packages": versions,
     }

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from envs.web import server
 from envs.web.corpus import TASKS_FILE, page_file, write_tasks
 from envs.web.site import load_site
 
@@ -82,15 +83,16 @@ def build(args: argparse.Namespace) -> int:
 
 
 def serve(args: argparse.Namespace) -> int:
-    from envs.web.server import serve as start_server
-
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    server = start_server(args.dir, port=args.port)
-    print(f"serving {args.dir} at {server.url}/ (search: {server.url}/search?q=...); Ctrl-C stops", flush=True)
+    handler = logging.StreamHandler()  # one line a request, as http.server prints them
+    server.log.addHandler(handler)
+    server.log.setLevel(logging.INFO)
+    running = server.serve(args.dir, port=args.port)
+    print(f"serving {args.dir} at {running.url}/ (search: {running.url}/search?q=...); Ctrl-C stops", flush=True)
     try:
-        server.wait()
+        running.wait()
     except KeyboardInterrupt:
         print("stopped")
     finally:
-        server.shutdown()
+        running.shutdown()
+        server.log.removeHandler(handler)
     return 0
