@@ -111,20 +111,23 @@ class BuiltinSite(Site):
         """
         words = _TOKEN.findall(text)
         found: dict[str, str] = {}
-        i = 0
-        while i < len(words):
+        skip_to = 0
+        # Names start with a capital and years are digits: only those words start a lookup.
+        for i in [i for i, w in enumerate(words) if w[0].isupper() or w[0].isdigit()]:
+            if i < skip_to:
+                continue
             word = words[i]
-            step = 1
-            if len(word) == 4 and word.isdigit() and int(word) in _YEARS:
-                found.setdefault(word, "year")
-            elif i + 1 < len(words) and (word, words[i + 1]) in self._multi:
-                for name_words, value, kind in self._multi[(word, words[i + 1])]:
-                    if tuple(words[i : i + len(name_words)]) == name_words:
-                        found.setdefault(value, kind)
-                        step = len(name_words)
-                        break
-            if step == 1 and word in self._single:
-                value, kind = self._single[word]
-                found.setdefault(value, kind)
-            i += step
+            if word.isdigit():
+                if len(word) == 4 and int(word) in _YEARS:
+                    found.setdefault(word, "year")
+                continue
+            for name_words, value, kind in self._multi.get((word, words[i + 1] if i + 1 < len(words) else ""), ()):
+                if tuple(words[i : i + len(name_words)]) == name_words:
+                    found.setdefault(value, kind)
+                    skip_to = i + len(name_words)
+                    break
+            else:
+                if word in self._single:
+                    value, kind = self._single[word]
+                    found.setdefault(value, kind)
         return tuple(found.items())
