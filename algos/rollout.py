@@ -59,33 +59,18 @@ class Trajectory:
         return self.tree["sessions"][sid]
 
 
-def session_sequences(steps: Sequence[Any]) -> list[TrainSequence]:
-    """A session's steps as training sequences, generated tokens masked in.
+def session_sequences(trajectory: Trajectory) -> dict[int, list[TrainSequence]]:
+    """Each session of a trajectory (by id) as training sequences, generated tokens masked in.
 
-    Within a session each prompt extends the previous prompt plus its generated tokens, so the whole session
-    is one sequence. Where a prompt does not (an agent that re-encoded its context), a new sequence starts.
+    Built on :func:`agents.llm.pack_session`: within a session each prompt extends the previous prompt and
+    its output, so a session is usually one sequence. Sessions in which the agent took no step have none.
     """
-    out: list[TrainSequence] = []
-    ids: list[int] = []
-    mask: list[bool] = []
-    logp: list[float] = []
-    for step in steps:
-        prompt = list(step.prompt_ids)
-        if ids and len(prompt) >= len(ids) and prompt[: len(ids)] == ids:
-            new = prompt[len(ids):]
-        else:
-            if ids:
-                out.append(TrainSequence(ids, mask, logp))
-            ids, mask, logp, new = [], [], [], prompt
-        ids += new
-        mask += [False] * len(new)
-        logp += [0.0] * len(new)
-        ids += list(step.gen_ids)
-        mask += [True] * len(step.gen_ids)
-        logp += [float(x) for x in step.logprobs]
-    if ids:
-        out.append(TrainSequence(ids, mask, logp))
-    return out
+    from agents.llm import pack_session
+
+    return {
+        sid: [TrainSequence(list(p.ids), list(p.loss_mask), p.logprobs.tolist()) for p in pack_session(steps)]
+        for sid, steps in sorted(trajectory.steps.items())
+    }
 
 
 class Collector:

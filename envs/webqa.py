@@ -288,8 +288,8 @@ class WebQAEnv(gym.Env[str, str]):
             "steps_used": state.steps_used,
             "max_steps": state.max_steps,
             "sessions": [
-                {"id": s.id, "parent": s.parent, "kind": s.kind, "depth": s.depth, "steps": s.steps,
-                 "handoff": s.handoff, "tokens_in": s.tokens_in, "tokens_out": s.tokens_out,
+                {"id": s.id, "parent": s.parent, "kind": s.kind, "depth": s.depth, "task": s.fork_task,
+                 "steps": s.steps, "handoff": s.handoff, "tokens_in": s.tokens_in, "tokens_out": s.tokens_out,
                  "context_tokens": s.tokens}
                 for s in state.sessions
             ],

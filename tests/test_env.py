@@ -158,10 +158,10 @@ def test_fork_finish_round_trips_at_depth_two_and_session_tree():
             assert [m["role"] for m in info["messages"]] == ["system", "user"]
     assert terminated and reward == 0.0
     tree = info["trajectory"]["sessions"]
-    assert [(s["id"], s["parent"], s["kind"], s["depth"], s["steps"], s["handoff"]) for s in tree] == [
-        (0, None, "root", 0, 3, "nope"),
-        (1, 0, "fork", 1, 3, "child result"),
-        (2, 1, "fork", 2, 1, "deep result"),
+    assert [(s["id"], s["parent"], s["kind"], s["depth"], s["task"], s["steps"], s["handoff"]) for s in tree] == [
+        (0, None, "root", 0, None, 3, "nope"),
+        (1, 0, "fork", 1, "child task", 3, "child result"),
+        (2, 1, "fork", 2, "grandchild task", 1, "deep result"),
     ]
     root_context = env.unwrapped.state.sessions[0].text
     assert "child result" in root_context and "deep result" not in root_context
