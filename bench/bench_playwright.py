@@ -4,10 +4,11 @@ One run, one Chromium. The env (``backend="playwright"``) steps through a script
 (search, open a result, scroll, find, open a link, search again, open, answer; then the next episode). After
 every step that showed a page, the same page is shown twice more in a bare browser context of the same
 browser, interleaved so both see the same machine load: ``page.goto`` with a route that fulfils the
-pre-rendered HTML, and ``page.set_content(html)``; both wait for ``load`` as the backend does. The text
-backend runs the same script for reference. Memory: the summed RSS (and PSS) of this process and every
-process it started (Playwright's driver and Chromium), read from ``/proc``, with 1 env and with N envs
-sharing the browser.
+pre-rendered HTML, and ``page.set_content(html)``; both wait for ``load``, as the backend does. Each timed
+operation starts once the page shown before it has painted. Steps a second count step and reset time only.
+The text backend runs the same script for reference. Memory: the summed RSS, PSS and USS of this process
+and every process it started (Playwright's driver and Chromium), read from ``/proc``, with 1 env and with N
+envs sharing the browser.
 
 Prints one JSON object (and writes it to ``--out``).
 
@@ -44,6 +45,9 @@ PACKAGES = ("playwright", "gymnasium", "lxml")
 TARGET_RATIO = 1.5
 TARGET_MIB_PER_ENV = 100
 MIB = 1024 * 1024
+# Two animation frames: the page just shown has painted, so the next timed operation starts on an idle browser
+# (as it would after an agent's think time) instead of paying for the last one's rendering.
+SETTLE = "() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))"
 
 
 def machine() -> dict[str, Any]:
@@ -54,7 +58,7 @@ def machine() -> dict[str, Any]:
         except importlib.metadata.PackageNotFoundError:
             versions[name] = None
     return {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(),
-            "packages": versions}
+            "packages": versions, "load_average_1min": round(os.getloadavg()[0], 2)}
 
 
 def script(task: Task) -> list[str]:
@@ -101,7 +105,6 @@ def step_times(args: argparse.Namespace, backend: str, bare: "Bare | None" = Non
     bare_goto: list[float] = []
     bare_set: list[float] = []
     seed = 0
-    started = time.perf_counter()
     spent = 0.0
     while len(all_steps) < args.steps:
         start = time.perf_counter()
@@ -118,13 +121,13 @@ def step_times(args: argparse.Namespace, backend: str, bare: "Bare | None" = Non
             if recorder.urls:
                 page_steps.append(elapsed)
                 if bare is not None:
+                    env.unwrapped.backend.page.evaluate(SETTLE)
                     goto_s, set_s = bare.show(recorder.urls[-1], env.unwrapped.site.render(recorder.urls[-1]))
                     bare_goto.append(goto_s)
                     bare_set.append(set_s)
             if terminated or truncated or len(all_steps) >= args.steps:
                 break
         seed += 1
-    wall = time.perf_counter() - started
     env.close()
     out = {
         "steps": len(all_steps),
@@ -132,7 +135,7 @@ def step_times(args: argparse.Namespace, backend: str, bare: "Bare | None" = Non
         "page_step_median_ms": ms(statistics.median(page_steps)),
         "step_median_ms": ms(statistics.median(all_steps)),
         "steps_per_s": round(len(all_steps) / spent, 2),
-        "steps_per_s_with_resets": round(len(all_steps) / wall, 2),
+        "steps_per_s_with_resets": round(len(all_steps) / (spent + sum(resets)), 2),
         "reset_median_ms": ms(statistics.median(resets)),
     }
     if bare is not None:
@@ -163,9 +166,12 @@ class Bare:
         start = time.perf_counter()
         self.goto_page.goto(ORIGIN + url, wait_until="load")
         goto_s = time.perf_counter() - start
+        self.goto_page.evaluate(SETTLE)
         start = time.perf_counter()
         self.set_page.set_content(html, wait_until="load")
-        return goto_s, time.perf_counter() - start
+        set_s = time.perf_counter() - start
+        self.set_page.evaluate(SETTLE)
+        return goto_s, set_s
 
 
 def memory() -> dict[str, int]:
@@ -210,6 +216,8 @@ def memory_per_env(args: argparse.Namespace) -> dict[str, Any]:
     out["chromium_processes_1_env"] = one["chromium_processes"]
     out[f"chromium_processes_{args.envs}_envs"] = many["chromium_processes"]
     out["target_mib_per_extra_env"] = TARGET_MIB_PER_ENV
+    out["note"] = ("summed RSS counts the shared Chromium code each process maps once per process; PSS shares "
+                   "it out and USS (private memory) leaves it out, so USS per extra env is what one more env costs")
     return out
 
 
@@ -236,6 +244,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.envs < 2:
         parser.error("--envs must be at least 2: memory per extra env compares 1 env with N")
 
+    machine_before = machine()
     text = step_times(args, "text")
     # The bare context lives in the same browser as the env, which a held-open backend keeps running.
     holder = make_env(args, "playwright")
@@ -250,7 +259,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     playwright["target_ratio"] = TARGET_RATIO
     result = {
         "bench": "playwright_backend",
-        "machine": machine(),
+        "machine": {**machine_before, "load_average_1min_after": round(os.getloadavg()[0], 2)},
         "config": {"env_id": ENV_ID, "site": args.site, "site_size": args.site_size, "steps": args.steps,
                    "quick": args.quick},
         "text": text,

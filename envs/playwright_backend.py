@@ -283,7 +283,8 @@ class PlaywrightBackend(Backend):
         assert self._page is not None
         page = self._page
         self._route_error = None
-        response = page.goto(ORIGIN + url, wait_until="commit")
+        # Without its fragment, so that a url differing only there still loads (and reads) the page afresh.
+        response = page.goto(ORIGIN + url.split("#", 1)[0], wait_until="commit")
         if self._route_error is not None:
             # The site itself failed: that is a bug to see, as the text backend would show it, not a crash.
             raise self._route_error

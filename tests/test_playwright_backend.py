@@ -132,6 +132,8 @@ def test_every_page_and_search_page_reads_as_in_the_text_backend(small_site, sit
             view = backend.view(url)
             assert view == text.view(url), url
             assert not any(link.url.startswith(ORIGIN) for link in view.links), url
+        for url in (urls[1] + "#top", urls[1] + "#top"):  # the second is a same-document move in a browser
+            assert backend.view(url) == text.view(url)
         assert backend.view("/no/such/page") is None and text.view("/no/such/page") is None
         assert backend.blocked_requests == []
     finally:
