@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import doctest
 import json
 import os
 import shutil
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from envs.web import corpus
 from envs.web.browser import html_to_view
 from envs.web.corpus import (
     CorpusError,
@@ -281,3 +283,8 @@ def test_corpus_site_from_pages_in_memory():
     assert site.page_html("/alpha") == site.page_html("/a")
     assert [d.title for d in site.documents()] == ["A"]
     assert site.search("alpha")[0].path == "/a"
+
+
+def test_docstring_examples_run(monkeypatch):
+    monkeypatch.chdir(Path(__file__).parent.parent)  # the examples name the fixture corpora from the repo root
+    assert doctest.testmod(corpus).failed == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import doctest
 import http.client
 import os
 import shutil
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from envs.web import server as server_module
 from envs.web.server import serve
 
 FIXTURE = Path(__file__).parent / "fixtures" / "corpus_html"
@@ -30,6 +32,7 @@ def server(top):
     shutil.copytree(FIXTURE, root)
     (root / "style.css").write_text("body { color: black }")
     (root / ".env").write_text(SECRET)
+    (root / "wiki" / "answers.jsonl").write_text(SECRET)
     os.symlink(top / "secret.txt", root / "leak.txt")
     os.symlink(top / "secret.html", root / "leak.html")
     os.symlink(top, root / "up")
@@ -111,6 +114,7 @@ def test_head_has_no_body(server):
         "/up/secret",
         "/.env",
         "/tasks.jsonl",
+        "/wiki/answers.jsonl",
         "/wiki/Nowhere",
         "/%00",
     ],
@@ -135,3 +139,8 @@ def test_other_hosts_are_refused():
 def test_localhost_and_context_manager():
     with serve(FIXTURE, host="localhost") as running:
         assert get(running, "/wiki/Vell")[0] == 200
+
+
+def test_docstring_examples_run(monkeypatch):
+    monkeypatch.chdir(Path(__file__).parent.parent)  # the examples name the fixture corpora from the repo root
+    assert doctest.testmod(server_module).failed == 0

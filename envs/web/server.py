@@ -3,8 +3,8 @@
 Pages are served the way :func:`~envs.web.corpus.load_corpus` reads the folder (``/wiki/X`` from
 ``wiki/X.html`` or ``wiki/X/index.html``), the search page ``/search?q=...`` is rendered live, and other
 files of the folder (stylesheets, images) are served as they are. Only what the folder holds is served:
-``..``, encoded or not, backslashes, absolute paths and links leading outside all get 404. ``tasks.jsonl``
-and ``documents.jsonl`` are never served: they hold the answers.
+``..``, encoded or not, backslashes, absolute paths and links leading outside all get 404. ``.jsonl`` files
+(``tasks.jsonl``, ``documents.jsonl``) are never served: they hold the answers.
 
 Example:
     >>> import urllib.request
@@ -25,7 +25,7 @@ import threading
 import urllib.parse
 from pathlib import Path
 
-from .corpus import DOCUMENTS_FILE, TASKS_FILE, CorpusSite, iter_files, load_corpus
+from .corpus import CorpusSite, iter_files, load_corpus
 
 LOOPBACK = ("127.0.0.1", "localhost")
 
@@ -50,8 +50,8 @@ class SiteServer(http.server.ThreadingHTTPServer):
             )
         self.site: CorpusSite = load_corpus(folder)
         root = Path(folder).resolve()
-        private = (TASKS_FILE, DOCUMENTS_FILE)
-        self.files = {"/" + name: root / name for name in iter_files(root) if name not in private}
+        # Tasks and documents files hold the answers; an agent browsing the site must never read them.
+        self.files = {"/" + name: root / name for name in iter_files(root) if not name.endswith(".jsonl")}
         # Build the search index now, not on the first request, where two threads could both build it.
         _ = self.site.index
         super().__init__(("127.0.0.1", port), _Handler)
