@@ -64,12 +64,14 @@ class OracleAgent(Agent):
         error_rate: probability of a plausible wrong action at a step.
         session_max_tokens: the window, when a site is given instead of an env.
         chunk_tokens: the env's chunk size, when a site is given instead of an env.
+        max_scrolls: when reading (``compact_at`` set), scroll at most this far down a page, then ``find`` the
+            fact: a reader skims, and the budget stays enough for the deepest pages.
         seed: seeds the errors (per step in a ``Collector`` run: :func:`agents.base.step_rng`).
     """
 
     def __init__(self, env_or_site: Any, compact_at: float | None = None, fork: bool = False,
                  error_rate: float = 0.0, session_max_tokens: int = 4096, chunk_tokens: int = CHUNK_TOKENS,
-                 seed: int = 0):
+                 seed: int = 0, max_scrolls: int = 4):
         if isinstance(env_or_site, Site):
             site = env_or_site
         else:
@@ -85,6 +87,7 @@ class OracleAgent(Agent):
         self.site = site
         self.browser = TextBackend(site, chunk_tokens)
         self.compact_at = compact_at
+        self.max_scrolls = max_scrolls
         self.fork = fork
         self.error_rate = error_rate
         self.session_max_tokens = session_max_tokens
@@ -180,7 +183,7 @@ class OracleAgent(Agent):
                 plan.done += 1
                 self._note(plan, step)
                 return None
-            if (self.compact_at is None or plan.jump) and step.expect:
+            if (self.compact_at is None or plan.jump or plan.chunk >= self.max_scrolls) and step.expect:
                 plan.jump = False
                 # No compaction wanted: keep the context small by finding the fact instead of reading to it.
                 plan.done += 1

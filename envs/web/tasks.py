@@ -535,9 +535,14 @@ def question_words() -> frozenset[str]:
     return frozenset(w.casefold() for t in texts for w in re.findall(r"[A-Za-z]+", re.sub(r"\{\w+\}", " ", t)))
 
 
-def quotas(size: int) -> dict[str, int]:
-    """Tasks wanted per (family, hops) cell, by split: scales with the world, at least one test task."""
-    return {TRAIN: max(2, size // 100), TEST: max(1, size // 300)}
+def quotas(size: int, family: str = "chain", hops: int = 2) -> dict[str, int]:
+    """Tasks wanted per (family, hops) cell, by split: scales with the world, at least one test task.
+
+    One-hop chains get ten times more: they are the easy setting small models learn on (the CPU demo), and
+    they are cheap to make.
+    """
+    scale = 10 if (family, hops) == ("chain", 1) else 1
+    return {TRAIN: max(2, scale * size // 100), TEST: max(1, scale * size // 300)}
 
 
 def make_tasks(world: World, pages: Pages) -> tuple[tuple[Task, ...], dict[str, tuple[int, ...]]]:
@@ -548,7 +553,6 @@ def make_tasks(world: World, pages: Pages) -> tuple[tuple[Task, ...], dict[str, 
     fill within its tries gets fewer.
     """
     maker = _Maker(world, pages)
-    wanted = quotas(world.size)
     makers: dict[str, Callable[[int, str], _Made | None]] = {
         "chain": maker.chain, "inverted": maker.inverted, "compare": maker.compare,
         "long": lambda hops, split: maker.chain(hops, split, long=True),
@@ -557,6 +561,7 @@ def make_tasks(world: World, pages: Pages) -> tuple[tuple[Task, ...], dict[str, 
     seen: set[str] = set()
     for family in FAMILIES:
         for hops in HOPS[family]:
+            wanted = quotas(world.size, family, hops)
             for split in (TRAIN, TEST):
                 cell = cells.setdefault((split, family, hops), [])
                 for _ in range(ATTEMPTS * wanted[split]):
