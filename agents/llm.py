@@ -287,6 +287,10 @@ class LLMAgent(Agent):
             self._sessions[key] = _Session(ids + step.gen_ids, checkpoints, kv if self.reuse_kv else None)
         return [step.text for step in self.last_steps]
 
+    def encode_action(self, action: str) -> list[int]:
+        """The token ids of an action string as this agent feeds it after a prompt (what it would emit)."""
+        return self._encode(action, False)
+
     # --- prompts and session caches -----------------------------------------------------------------
     def _prompt(self, observation: str, info: dict[str, Any]) -> str:
         messages = info.get("messages")

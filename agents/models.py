@@ -23,7 +23,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -136,8 +136,8 @@ def make_tiny(
     return model, tokenizer
 
 
-def default_texts(episodes: int = 24) -> list[str]:
-    """What agents read on the builtin site (seed 0, 120 entities), for a tiny tokenizer when no texts are given.
+def default_texts(episodes: int = 24, env: Any = None) -> list[str]:
+    """What agents read in ``env`` (default: the builtin site, seed 0, 120 entities), for a tiny tokenizer.
 
     The transcripts of oracle episodes (searching, reading pages, compacting and forking: every session's
     context and its last action), then every page's text.
@@ -148,7 +148,7 @@ def default_texts(episodes: int = 24) -> list[str]:
 
     from .oracle import OracleAgent
 
-    env = gym.make("mosaic/WebQA-v0", site_size=120)
+    env = env if env is not None else gym.make("mosaic/WebQA-v0", site_size=120)
     oracle = OracleAgent(env, compact_at=0.5, fork=True)
     texts = []
     for seed in range(episodes):
