@@ -263,7 +263,7 @@ def _record(errors: list[BaseException], call) -> None:
 
 
 def test_async_vector_env_runs_one_browser_per_worker():
-    # Observations are longer than AnyText's shared-memory slot, so the workers send them by pipe.
+    # Observations travel by pipe: this test is about one browser per worker, not about shared memory.
     vec = gym.make_vec("mosaic/WebQA-v0", num_envs=2, vectorization_mode="async", site_size=SITE_SIZE,
                        backend="playwright", vector_kwargs={"shared_memory": False})
     try:
