@@ -35,7 +35,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     build.add_argument("--out", required=True, type=Path, metavar="DIR", default=argparse.SUPPRESS,
                        help="folder to write (created if missing)")
-    build.add_argument("--site", default="builtin", metavar="builtin|PATH", help="'builtin' or the path of a corpus to export")
+    build.add_argument("--site", default="builtin", metavar="builtin|PATH",
+                       help="'builtin' or the path of a corpus to export")
     build.add_argument("--site-seed", type=int, default=0, metavar="N", help="which builtin site")
     build.add_argument("--site-size", type=int, default=2000, metavar="N", help="entities of the builtin site")
     build.add_argument("--force", action="store_true",

@@ -8,7 +8,7 @@ Two layouts load, each with an optional ``tasks.jsonl`` beside the pages:
 - **JSONL documents** (the shape BrowseComp-Plus uses): a folder with ``documents.jsonl``, or the path of
   any ``.jsonl`` documents file, with ``tasks.jsonl`` beside it. One document a line::
 
-      {"id": "d1", "url": "/wiki/Edra_Vane", "title": "Edra Vane", "text": "Edra Vane was a painter ..."}
+      {"id": "d1", "url": "/wiki/Edra_Vane", "title": "Edra Vane", "text": "Edra Vane was a painter."}
 
   with ``"html"`` instead of ``"text"`` for HTML documents (text is shown as simple paragraphs). The page
   path is ``url`` when it is a site path (``wiki/X`` counts as ``/wiki/X``), ``/<host><path>`` for an
@@ -49,7 +49,7 @@ TEST_FRACTION = 0.2
 HTML_SUFFIXES = (".html", ".htm")
 SPLITS = ("train", "test")
 
-_DOCUMENT_EXAMPLE = '{"id": "d1", "url": "/wiki/Edra_Vane", "title": "Edra Vane", "text": "Edra Vane was a painter ..."}'
+_DOCUMENT_EXAMPLE = '{"id": "d1", "url": "/wiki/Edra_Vane", "title": "Edra Vane", "text": "Edra Vane was a painter."}'
 _TASK_EXAMPLE = '{"id": "t1", "question": "Who ...?", "answer": "Edra Vane", "aliases": ["Vane"]}'
 _DOCUMENT_KEYS = ("id", "url", "title", "text", "html")
 _TASK_KEYS = ("id", "question", "answer", "aliases", "hops", "family", "answer_kind", "split")
