@@ -14,10 +14,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import json
-import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -25,6 +22,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.common import machine  # noqa: E402
 from envs.web.browser import html_to_view  # noqa: E402
 from envs.web.builtin import BuiltinSite  # noqa: E402
 from envs.web.search import SearchIndex  # noqa: E402
@@ -32,24 +30,6 @@ from envs.web.site import Site  # noqa: E402
 
 PACKAGES = ("bm25s", "lxml", "numpy", "gymnasium")
 REPEAT = 3
-
-
-def machine() -> dict[str, Any]:
-    versions = {}
-    for name in PACKAGES:
-        try:
-            versions[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            versions[name] = None
-    return {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpus": os.cpu_count(),
-        # Other work on a shared machine slows every number down; this says how busy it was.
-        "load_average_1m": round(os.getloadavg()[0], 2),
-        "python": platform.python_version(),
-        "packages": versions,
-    }
 
 
 def timed(fn: Any) -> tuple[Any, float]:
@@ -124,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "bench": "site",
         "quick": args.quick,
-        "machine": machine(),
+        "machine": machine(PACKAGES),
         "sites": [bench_size(size, args.seed, queries, pages) for size in sizes],
     }
     text = json.dumps(result, indent=2)
