@@ -21,10 +21,8 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -36,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import gymnasium as gym  # noqa: E402
 
 import envs  # noqa: E402, F401  (registers the environments)
+from bench.common import machine  # noqa: E402
 from envs.actions import format_action  # noqa: E402
 from envs.playwright_backend import ORIGIN, PlaywrightBackend, child_processes  # noqa: E402
 from envs.web.site import Task  # noqa: E402
@@ -48,17 +47,6 @@ MIB = 1024 * 1024
 # Two animation frames: the page just shown has painted, so the next timed operation starts on an idle browser
 # (as it would after an agent's think time) instead of paying for the last one's rendering.
 SETTLE = "() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))"
-
-
-def machine() -> dict[str, Any]:
-    versions = {}
-    for name in PACKAGES:
-        try:
-            versions[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            versions[name] = None
-    return {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(),
-            "packages": versions, "load_average_1min": round(os.getloadavg()[0], 2)}
 
 
 def script(task: Task) -> list[str]:
@@ -244,7 +232,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.envs < 2:
         parser.error("--envs must be at least 2: memory per extra env compares 1 env with N")
 
-    machine_before = machine()
+    machine_before = machine(PACKAGES)
     text = step_times(args, "text")
     # The bare context lives in the same browser as the env, which a held-open backend keeps running.
     holder = make_env(args, "playwright")
