@@ -70,7 +70,9 @@ class CandidateActions(gym.Wrapper[np.ndarray, np.int64, str, str]):
     When there are more than ``max_candidates``, ``open(n)`` link candidates are dropped from the last one
     backwards until the rest fit (links are the only long group: a page can show dozens, while searches,
     scrolls, compact, forks and answers are few), then any remainder is cut from the end. :meth:`action_masks`
-    is true exactly on the slots that hold a candidate. A masked or out-of-range index is not an exception: the
+    is true exactly on the slots that hold a candidate (:attr:`candidates` lists them; ``info["candidates"]``
+    stays the env's full list). It can be all false, e.g. at the start of a corpus task that names no search
+    queries; MaskablePPO then picks any index. A masked or out-of-range index is not an exception: the
     underlying env steps :data:`INVALID_ACTION`, which costs a step and comes back as ``info["action_error"]``
     (while a full context waits for its summary, the env takes any reply as that summary, so there it compacts).
     ``info["action_text"]`` is the string that was stepped.
@@ -96,8 +98,8 @@ class CandidateActions(gym.Wrapper[np.ndarray, np.int64, str, str]):
 
     Args:
         env: a WebQA env (``gym.make("mosaic/WebQA-v0", ...)``, any wrappers); candidates are switched on.
-        max_candidates: the number of discrete actions N. The default is above the most candidates random
-            rollouts met on builtin sites (46), so nothing is dropped there in practice.
+        max_candidates: the number of discrete actions N. The default is above the most candidates that random
+            rollouts met on builtin sites (46), so there it rarely drops any.
         hash_dims: buckets of each hashed bag of words.
 
     Raises:

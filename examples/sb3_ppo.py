@@ -1,8 +1,8 @@
 """Train sb3-contrib's MaskablePPO on an easy WebQA setting, then compare it with a uniform random masked policy.
 
 Both policies choose among the env's candidate actions through :class:`envs.sb3.CandidateActions`. Each is
-evaluated on every task of the train and test splits with ``--samples`` episodes per task at the largest
-budget T; Pass@(1,T) for every T comes from the same episodes (an episode counts at T when it answered
+evaluated on the first ``--eval-tasks`` tasks of the train and of the test split (the test tasks ask about
+entities training never asks about), with ``--samples`` episodes per task at the largest budget T; Pass@(1,T) for every T comes from the same episodes (an episode counts at T when it answered
 correctly within T steps; the *truncate* protocol of :func:`algos.evaluate.pass_at_kt_table`).
 
 Usage:
@@ -38,24 +38,25 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="Train MaskablePPO on mosaic/WebQA-v0 through envs.sb3.CandidateActions and compare its "
         "Pass@(1,T) with a uniform random masked policy.")
-    parser.add_argument("--timesteps", type=int, default=40_000, help="training env steps (default: 40000)")
+    parser.add_argument("--timesteps", type=int, default=30_000, help="training env steps (default: 30000)")
     parser.add_argument("--seed", type=int, default=0, help="seed of training, envs and evaluation (default: 0)")
     parser.add_argument("--out", type=Path, default=Path("runs/sb3_ppo"), help="output folder (default: runs/sb3_ppo)")
     parser.add_argument("--quick", action="store_true",
-                        help="a smoke test in seconds: site of 150 pages, 256 timesteps, 2 samples per task")
+                        help="a smoke test in seconds: site size 150, 256 timesteps, 3 tasks x 2 samples per split")
     parser.add_argument("--env-id", default="mosaic/WebQA-v0", help="registered env id (default: mosaic/WebQA-v0)")
-    parser.add_argument("--site-size", type=int, default=1000, help="builtin site size (default: 1000)")
+    parser.add_argument("--site-size", type=int, default=600, help="builtin site size (default: 600)")
     parser.add_argument("--hops", type=int, default=1, help="task difficulty (default: 1)")
     parser.add_argument("--ts", type=int, nargs="+", default=[3, 4, 6, 8, 12],
                         help="budgets T to report; training and evaluation run at the largest (default: 3 4 6 8 12)")
-    parser.add_argument("--samples", type=int, default=10, help="evaluation episodes per task and policy (default: 10)")
+    parser.add_argument("--eval-tasks", type=int, default=20, help="tasks evaluated per split (default: 20)")
+    parser.add_argument("--samples", type=int, default=8, help="evaluation episodes per task and policy (default: 8)")
     parser.add_argument("--n-envs", type=int, default=4, help="training envs in the DummyVecEnv (default: 4)")
     parser.add_argument("--max-candidates", type=int, default=16, help="discrete actions N (default: 16)")
     args = parser.parse_args(argv)
     if args.quick:
-        args.site_size, args.timesteps, args.samples, args.n_envs = 150, 256, 2, 2
-    if min(args.ts) < 1 or args.timesteps < 1 or args.samples < 1:
-        parser.error("--ts, --timesteps and --samples must be positive")
+        args.site_size, args.timesteps, args.eval_tasks, args.samples, args.n_envs = 150, 256, 3, 2, 2
+    if min(args.ts) < 1 or min(args.timesteps, args.eval_tasks, args.samples, args.n_envs) < 1:
+        parser.error("--ts, --timesteps, --eval-tasks, --samples and --n-envs must be positive")
     return args
 
 
@@ -76,10 +77,12 @@ def train(args: argparse.Namespace) -> MaskablePPO:
     return model
 
 
-def correct_steps(env: CandidateActions, policy: Policy, samples: int, seed: int, desc: str) -> list[list[int | None]]:
-    """For each task of the env's split, ``samples`` episodes: the steps used when it answered correctly, or None."""
+def correct_steps(env: CandidateActions, policy: Policy, num_tasks: int, samples: int, seed: int,
+                  desc: str) -> list[list[int | None]]:
+    """For each of the env's first ``num_tasks`` tasks, ``samples`` episodes: the steps used when it answered
+    correctly, or None."""
     out = []
-    tasks = env.unwrapped.tasks
+    tasks = env.unwrapped.tasks[:num_tasks]
     with tqdm(total=len(tasks) * samples, desc=desc, disable=None) as bar:
         for task_index, task in enumerate(tasks):
             runs: list[int | None] = []
@@ -129,14 +132,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         env = make_sb3_env(**env_kwargs(args, split))
         for name, policy in (("maskable_ppo", ppo_policy(model)), ("random", random_policy(args.seed))):
             set_random_seed(args.seed)
-            steps = correct_steps(env, policy, args.samples, args.seed, f"{name} on {split}")
+            steps = correct_steps(env, policy, args.eval_tasks, args.samples, args.seed, f"{name} on {split}")
             tables.setdefault(name, {})[split] = pass_at_kt_table(steps, ks, ts)[0].tolist()
             tables[name][f"{split}_tasks"] = len(steps)
         env.close()
 
     for split in ("train", "test"):
-        print(f"\nPass@(1,T) on {split} tasks (hops={args.hops}, site_size={args.site_size}, "
-              f"{args.samples} samples per task, {args.timesteps} training steps)")
+        print(f"\nPass@(1,T) on {tables['random'][f'{split}_tasks']} {split} tasks (hops={args.hops}, "
+              f"site_size={args.site_size}, {args.samples} samples per task, {args.timesteps} training steps)")
         print("| policy \\ T | " + " | ".join(map(str, ts)) + " |\n|---|" + "---|" * len(ts))
         for name, table in tables.items():
             print(f"| {name} | " + " | ".join(f"{value:.3f}" for value in table[split]) + " |")
