@@ -285,6 +285,14 @@ class PassAtKTResult:
         mean_sessions: ``(len(ts),)``: sessions used per run under each T, averaged over every run.
         mean_steps: ``(len(ts),)``: steps used per run under each T, averaged over every run.
         samples: every run: ``n`` per task under ``truncate``, ``n`` per task and T under ``rerun``.
+
+    Example:
+        >>> result = PassAtKTResult(np.array([[0.5]]), [1], [8], n=2, protocol="truncate", task_ids=["t1"],
+        ...                         mean_sessions=np.array([1.5]), mean_steps=np.array([6.0]), samples=[])
+        >>> print(result.usage_markdown())
+        | T | mean sessions | mean steps |
+        |---|---|---|
+        | 8 | 1.50 | 6.00 |
     """
 
     table: np.ndarray
@@ -299,6 +307,7 @@ class PassAtKTResult:
 
     @property
     def title(self) -> str:
+        """A one-line caption: protocol, samples per task, number of tasks."""
         return f"Pass@(K,T), {self.protocol}, n={self.n}, {len(self.task_ids)} tasks"
 
     def usage_markdown(self, digits: int = 2) -> str:
@@ -394,10 +403,9 @@ def pass_at_kt(
         >>> import gymnasium as gym, envs
         >>> from agents import OracleAgent
         >>> env = gym.make("mosaic/WebQA-v0", site_size=120, split="test")
-        >>> result = pass_at_kt(OracleAgent(env), env, ks=[1], ts=[1, 64], n=1, tasks=["test-chain-0001"],
-        ...                     progress=False)
-        >>> result.table.tolist()
-        [[0.0, 1.0]]
+        >>> result = pass_at_kt(OracleAgent(env), env, ks=[1], ts=[1, 64], n=1, progress=False)
+        >>> result.table.tolist(), len(result.samples) == len(env.unwrapped.tasks)
+        ([[0.0, 1.0]], True)
     """
     if protocol not in PROTOCOLS:
         raise ValueError(f"protocol={protocol!r} is unknown: use one of {PROTOCOLS}")
