@@ -2,8 +2,9 @@
 
 Both policies choose among the env's candidate actions through :class:`envs.sb3.CandidateActions`. Each is
 evaluated on the first ``--eval-tasks`` tasks of the train and of the test split (the test tasks ask about
-entities training never asks about), with ``--samples`` episodes per task at the largest budget T; Pass@(1,T) for every T comes from the same episodes (an episode counts at T when it answered
-correctly within T steps; the *truncate* protocol of :func:`algos.evaluate.pass_at_kt_table`).
+entities training never asks about), with ``--samples`` episodes per task at the largest budget T.
+Pass@(1,T) for every T comes from the same episodes: an episode counts at T when it answered correctly within
+T steps (the *truncate* protocol of :func:`algos.evaluate.pass_at_kt_table`).
 
 Usage:
     python examples/sb3_ppo.py                      # a few minutes on 2 CPU cores
