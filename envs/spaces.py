@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import string
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -62,14 +63,36 @@ def _create_anytext_shared_memory(space: AnyText, n: int = 1, ctx: Any = mp):
     return ctx.Array("B", n * (SHARED_MEMORY_BYTES + 8))
 
 
-@read_from_shared_memory.register(AnyText)
-def _read_anytext_from_shared_memory(space: AnyText, shared_memory: Any, n: int = 1) -> tuple[str, ...]:
-    data = np.frombuffer(shared_memory.get_obj(), dtype=np.uint8).reshape((n, SHARED_MEMORY_BYTES + 8))
-    out = []
-    for row in data:
+class SharedTexts(Sequence[str]):
+    """The observations in shared memory, decoded when read (AsyncVectorEnv reads its buffer object once and
+    deep-copies it after every step, so the copy must decode the buffer as it is then)."""
+
+    def __init__(self, shared_memory: Any, n: int):
+        self._rows = np.frombuffer(shared_memory.get_obj(), dtype=np.uint8).reshape((n, SHARED_MEMORY_BYTES + 8))
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __getitem__(self, index):  # type: ignore[override]
+        if isinstance(index, slice):
+            return tuple(self[i] for i in range(len(self))[index])
+        row = self._rows[index]
         size = int(row[:8].view(np.int64)[0])
-        out.append(row[8 : 8 + size].tobytes().decode("utf-8"))
-    return tuple(out)
+        return row[8 : 8 + size].tobytes().decode("utf-8", errors="surrogatepass")
+
+    def __deepcopy__(self, memo: dict) -> tuple[str, ...]:
+        return tuple(self)
+
+    def __eq__(self, other: Any) -> bool:
+        return tuple(self) == tuple(other) if isinstance(other, (tuple, list, SharedTexts)) else NotImplemented
+
+    def __repr__(self) -> str:
+        return f"SharedTexts({tuple(self)!r})"
+
+
+@read_from_shared_memory.register(AnyText)
+def _read_anytext_from_shared_memory(space: AnyText, shared_memory: Any, n: int = 1) -> SharedTexts:
+    return SharedTexts(shared_memory, n)
 
 
 @write_to_shared_memory.register(AnyText)

@@ -236,7 +236,10 @@ class WebQAEnv(gym.Env[str, str]):
         reward, terminated, truncation = 0.0, False, None
         error: str | None = None
         try:
-            parsed = self._forced_compaction(text) if session.must_compact else parse_action(action)
+            if session.must_compact:
+                parsed, error = self._forced_compaction(text)
+            else:
+                parsed = parse_action(action)
             reward, terminated, truncation = self._execute(session, parsed)
         except ActionError as err:
             error = str(err)
@@ -420,15 +423,17 @@ class WebQAEnv(gym.Env[str, str]):
         state.answered_forks.append(session.fork_task or "")
         self._tool_result(parent, f"[Subagent result for {session.fork_task!r}]\n{result}", mentions_of=result)
 
-    def _forced_compaction(self, text: str) -> Action:
-        """The reply to a full context is its summary: a compact() call's argument, or the reply itself."""
+    def _forced_compaction(self, text: str) -> tuple[Action, str | None]:
+        """The reply to a full context is its summary: a compact() call's argument, or the reply itself (then
+        reported as an action error, since the agent was asked for compact(summary))."""
         try:
             action = parse_action(text)
             if action.name == "compact":
-                return action
+                return action, None
         except ActionError:
             pass
-        return Action("compact", _THINK.sub(" ", text).strip())
+        return (Action("compact", _THINK.sub(" ", text).strip()),
+                "the context was full and the reply was not compact(summary): the reply became the summary")
 
     def _cap_handoff(self, text: str) -> str:
         """A summary or result longer than half a window is cut, so the next session can start."""
@@ -449,9 +454,10 @@ class WebQAEnv(gym.Env[str, str]):
                           fork_task=fork_task)
         state.sessions.append(session)
         self._append(session, "system", self._system)
+        mentions = opening
         if self.show_budget:
             opening += "\n" + budget_note(state.max_steps - state.steps_used)
-        self._append(session, "user", opening, mentions_of=opening)
+        self._append(session, "user", opening, mentions_of=mentions)
         return session
 
     def _append(self, session: Session, role: str, content: str, out: bool = False, mentions_of: str = "") -> None:

@@ -76,6 +76,11 @@ def test_gym_make_vec_sync_and_async():
         obs, reward, terminated, truncated, info = vec.step(['search("x")', "nonsense"])
         assert list(info["steps_used"]) == [1, 1]
         assert info["action_error"][1] and not info["action_error"][0]
+        twins = [make(max_steps=3) for _ in range(2)]
+        for k, twin in enumerate(twins):
+            twin.reset(seed=k)
+        expected = [twin.step(a)[0] for twin, a in zip(twins, ['search("x")', "nonsense"])]
+        assert tuple(obs) == tuple(expected) and "Search results" in obs[0]
         vec.close()
 
 
@@ -223,7 +228,7 @@ def test_overflow_policies(policy):
         assert "[Context full" in obs and not (terminated or truncated)
         assert len(info["candidates"]) == 1 and info["candidates"][0].startswith("compact(")
         obs, reward, terminated, truncated, info = env.step("I found the page about the vane.")
-        assert info["session_kind"] == "compact"
+        assert info["session_kind"] == "compact" and "reply became the summary" in info["action_error"]
         assert "I found the page about the vane." in obs
     elif policy == "truncate":
         assert truncated and info["truncation_reason"] == "context_overflow"
