@@ -445,28 +445,22 @@ class LLMAgent(Agent):
     def _choose(self, rows: Sequence[_Row], candidates: Sequence[Sequence[str]]) -> list[tuple[AgentStep, KV]]:
         """Score every candidate after its env's prompt, then sample one per env from the softmax of the scores.
 
-        The prompts go through one pass (their last logits score each candidate's first token); the candidates
-        then go through passes over the prompts' caches, as many rows at a time as ``max_score_tokens`` allows.
+        The prompts go through one pass (their last logits score each candidate's first token). Then each env's
+        candidates go through one more pass together, as a tree over the prompt's cache: every candidate token
+        attends to the whole prompt and to its own candidate's earlier tokens only, at the positions it would
+        have right after the prompt. So no candidate copies the prompt's keys and values.
         """
-        logits, cache, mask, _ = self._forward(rows, logits_to_keep=1)
+        logits, cache, mask, next_positions = self._forward(rows, logits_to_keep=1)
         first_logprobs = torch.log_softmax(logits[:, -1].float(), -1)
         prompt_kv = [self._row_kv(cache, mask, i) for i in range(len(rows))]
-        del logits, cache
+        del logits
         cand_ids = [[self._encode(c, False) for c in cands] for cands in candidates]
         if any(not ids for env_ids in cand_ids for ids in env_ids):
             raise ValueError("every candidate must be a non-empty action string")
-        pairs = [(e, c) for e, ids in enumerate(cand_ids) for c in range(len(ids))]
         token_logprobs: dict[tuple[int, int], torch.Tensor] = {}
-        for chunk in self._score_chunks(pairs, prompt_kv, cand_ids):
-            score_rows = [_Row(prompt_kv[e], cand_ids[e][c]) for e, c in chunk]
-            chunk_logits, *_ = self._forward(score_rows)
-            chunk_logprobs = torch.log_softmax(chunk_logits.float(), -1)
-            for j, (e, c) in enumerate(chunk):
-                ids = torch.tensor(cand_ids[e][c], device=self.device)
-                n = len(ids)
-                # Column -n+k of the row predicts its token k+1; the prompt's last logits predict token 0.
-                rest = chunk_logprobs[j, chunk_logits.shape[1] - n : -1].gather(1, ids[1:, None]).squeeze(1)
-                token_logprobs[(e, c)] = torch.cat([first_logprobs[e, ids[:1]], rest]).cpu()
+        for envs in self._score_chunks(cand_ids, mask.shape[1]):
+            token_logprobs.update(self._score_tree(envs, cache, mask, next_positions, cand_ids, first_logprobs))
+        del cache
         results = []
         for e, ids in enumerate(cand_ids):
             lps = [token_logprobs[(e, c)] for c in range(len(ids))]
@@ -483,18 +477,67 @@ class LLMAgent(Agent):
             results.append((step, prompt_kv[e]))
         return results
 
-    def _score_chunks(
-        self, pairs: list[tuple[int, int]], prompt_kv: Sequence[KV], cand_ids: Sequence[Sequence[list[int]]]
-    ) -> list[list[tuple[int, int]]]:
-        """Group (env, candidate) pairs so each group's padded size ``rows * (past + new)`` fits the budget."""
-        chunks: list[list[tuple[int, int]]] = []
-        past = new = 0
-        for e, c in pairs:
-            p, n = prompt_kv[e][0][0].shape[2], len(cand_ids[e][c])
-            grown = (len(chunks[-1]) + 1) * (max(past, p) + max(new, n)) if chunks else None
+    def _score_chunks(self, cand_ids: Sequence[Sequence[list[int]]], past: int) -> list[list[int]]:
+        """Group envs so each group's tree pass, ``envs * (past + new)`` slots, fits ``max_score_tokens``."""
+        chunks: list[list[int]] = []
+        widest = 0
+        for e, ids in enumerate(cand_ids):
+            new = sum(map(len, ids))
+            grown = (len(chunks[-1]) + 1) * (past + max(widest, new)) if chunks else None
             if grown is None or grown > self.max_score_tokens:
                 chunks.append([])
-                past = new = 0
-            chunks[-1].append((e, c))
-            past, new = max(past, p), max(new, n)
+                widest = 0
+            chunks[-1].append(e)
+            widest = max(widest, new)
         return chunks
+
+    def _score_tree(self, envs: Sequence[int], cache: DynamicCache, mask: torch.Tensor,
+                    next_positions: torch.Tensor, cand_ids: Sequence[Sequence[list[int]]],
+                    first_logprobs: torch.Tensor) -> dict[tuple[int, int], torch.Tensor]:
+        """Token log-probs of every candidate of ``envs``, all of an env's candidates in one row."""
+        past = mask.shape[1]
+        width = max(sum(map(len, cand_ids[e])) for e in envs)
+        input_ids = torch.full((len(envs), width), self._pad_id, dtype=torch.long)
+        positions = torch.zeros((len(envs), width), dtype=torch.long)
+        allowed = torch.zeros((len(envs), 1, width, past + width), dtype=torch.bool)
+        host_mask = mask.bool().cpu()
+        spans: list[list[tuple[int, int]]] = []
+        for r, e in enumerate(envs):
+            offset, row_spans = 0, []
+            for ids in cand_ids[e]:
+                n = len(ids)
+                block = slice(offset, offset + n)
+                input_ids[r, block] = torch.tensor(ids)
+                positions[r, block] = int(next_positions[e]) + torch.arange(n)
+                allowed[r, 0, block, :past] = host_mask[e]
+                allowed[r, 0, block, past + offset : past + offset + n] = torch.ones(n, n, dtype=torch.bool).tril()
+                row_spans.append((offset, n))
+                offset += n
+            # Padding attends to itself only, so every query row has a key.
+            pad = torch.arange(offset, width)
+            allowed[r, 0, pad, past + pad] = True
+            spans.append(row_spans)
+        index = torch.tensor(list(envs), device=self.device)
+        tree_cache = DynamicCache(ddp_cache_data=[(layer.keys.index_select(0, index),
+                                                   layer.values.index_select(0, index)) for layer in cache.layers])
+        out = self.model(input_ids=input_ids.to(self.device), attention_mask=self._attention_mask(allowed),
+                         position_ids=positions.to(self.device), use_cache=True,
+                         **{self._cache_kwarg: tree_cache})
+        logprobs = torch.log_softmax(out.logits.float(), -1)
+        result = {}
+        for r, e in enumerate(envs):
+            for c, (offset, n) in enumerate(spans[r]):
+                ids = torch.tensor(cand_ids[e][c], device=self.device)
+                # Query offset+k predicts the candidate's token k+1; the prompt's last logits predict token 0.
+                rest = logprobs[r, offset : offset + n - 1].gather(1, ids[1:, None]).squeeze(1)
+                result[(e, c)] = torch.cat([first_logprobs[e, ids[:1]], rest]).cpu()
+        return result
+
+    def _attention_mask(self, allowed: torch.Tensor) -> torch.Tensor:
+        """A custom 4-D mask as the model's attention implementation takes it (bool for SDPA, additive else)."""
+        allowed = allowed.to(self.device)
+        if getattr(self.model.config, "_attn_implementation", "sdpa") == "sdpa":
+            return allowed
+        dtype = next(self.model.parameters()).dtype
+        return torch.zeros(allowed.shape, dtype=dtype, device=self.device).masked_fill(
+            ~allowed, torch.finfo(dtype).min)

@@ -15,14 +15,19 @@ Example:
 from __future__ import annotations
 
 from . import advantages, budgets
+from .config import PGConfig, TrainConfig
 
-__all__ = ["PGConfig", "PolicyGradient", "TrainSequence", "advantages", "budgets"]
+__all__ = ["PGConfig", "PolicyGradient", "TrainConfig", "TrainSequence", "advantages", "budgets"]
 
 
 def __getattr__(name: str):
     # The learner imports torch: load it only when asked for, so `mosaic site ...` starts fast.
-    if name in ("PGConfig", "PolicyGradient", "TrainSequence"):
-        from . import pg
+    if name == "PolicyGradient":
+        from .pg import PolicyGradient
 
-        return getattr(pg, name)
+        return PolicyGradient
+    if name == "TrainSequence":
+        from .rollout import TrainSequence
+
+        return TrainSequence
     raise AttributeError(f"module 'algos' has no attribute {name!r}")

@@ -30,8 +30,8 @@ from tqdm.auto import tqdm
 
 from agents.base import Agent
 
-from .pg import TrainSequence, micro_batches, sequence_logprobs
-from .rollout import Trajectory, session_sequences
+from .pg import micro_batches, sequence_logprobs
+from .rollout import TrainSequence, Trajectory, session_sequences
 
 
 class TeacherForcing(Agent):

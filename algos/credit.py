@@ -26,8 +26,8 @@ import torch
 from envs.actions import ActionError, format_action, parse_action
 
 from . import advantages as adv
-from .pg import TrainSequence, sequence_logprobs
-from .rollout import Collector, Request, Trajectory
+from .pg import sequence_logprobs
+from .rollout import Collector, Request, TrainSequence, Trajectory
 
 
 def chains(trajectory: Trajectory) -> list[list[int]]:

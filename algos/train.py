@@ -1,0 +1,236 @@
+"""Training an LLM policy across sessions: warm start, then broadcast or Mosaic policy gradient.
+
+Read top to bottom: :class:`TrainConfig` holds every setting (one line each), :func:`train` is the loop.
+
+1. Build the env, the model (a tiny preset, a local folder, SmolLM2, a hub id) and an ``LLMAgent``.
+2. Warm start: behaviour cloning on ``OracleAgent`` demonstrations (:mod:`algos.bc`).
+3. RL: each iteration draws ``tasks_per_iter`` train tasks, one budget per group (BudgetMix), runs
+   ``group_size`` trajectories per task, computes one advantage per session (broadcast or Mosaic, with
+   the rollout or likelihood estimator of marginal contribution) and takes one :class:`PolicyGradient` step.
+4. Held-out success (the test split) before and after RL; metrics to ``metrics.jsonl`` every iteration; a
+   checkpoint every iteration (atomic; ``resume=True`` continues exactly); a training-curve PNG at the end.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+import envs  # noqa: F401  (registers the environments)
+from agents import OracleAgent
+from agents.llm import LLMAgent
+from agents.models import load_model, load_tokenizer
+
+from . import credit
+from .bc import TeacherForcing, clone
+from .budgets import FixedBudget, parse_budgets
+from .checkpoint import load_checkpoint, save_checkpoint
+from .config import TrainConfig
+from .pg import PolicyGradient
+from .rollout import Collector, Request, Trajectory, session_sequences
+
+
+def train(config: TrainConfig, log: Any = print) -> dict[str, Any]:
+    """Run (or resume) training; returns the summary (held-out success before and after RL, and more)."""
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    _seed_everything(config.seed)
+    make_env = lambda split="train": gym.make(config.env_id, **{**config.env_kwargs, "split": split})  # noqa: E731
+    env = make_env()
+    model, tokenizer = _model(config, env, out)
+    agent = LLMAgent(model, tokenizer, mode=config.mode, temperature=config.temperature, seed=config.seed,
+                     device=config.pg.device)
+    learner = PolicyGradient(model, config.pg)
+    collector = Collector(make_env, config.num_envs)
+    eval_collector = Collector(lambda: make_env("test"), config.num_envs)
+    sampler = budget_sampler(config)
+    rng = np.random.default_rng(config.seed)
+
+    state = {"iteration": 0, "phase": "warm_start", "history": [], "summary": {}}
+    checkpoint = out / "checkpoint.pt"
+    if config.resume and checkpoint.exists():
+        payload = load_checkpoint(checkpoint, model, learner.optimizer)
+        state = payload["extra"]["state"]
+        rng.bit_generator.state = payload["extra"]["rng"]
+        agent.generator.set_state(payload["extra"]["agent_rng"])
+        log(f"resumed from {checkpoint} at iteration {state['iteration']} ({state['phase']})")
+
+    def save() -> None:
+        save_checkpoint(checkpoint, model, learner.optimizer, state["iteration"],
+                        extra={"state": state, "rng": rng.bit_generator.state,
+                               "agent_rng": agent.generator.get_state(), "config": _jsonable(config)})
+
+    if state["phase"] == "warm_start":
+        summary = state["summary"]
+        summary["success_initial"] = evaluate(agent, eval_collector, env, config, "held-out (initial)")
+        if config.bc_episodes > 0:
+            started = time.time()
+            oracle = OracleAgent(env, compact_at=config.bc_compact_at, fork=config.bc_fork)
+            teacher = TeacherForcing(oracle, agent)
+            tasks = env.unwrapped.tasks
+            requests = [Request(seed=config.seed * 100_003 + k, options={"task_id": tasks[k % len(tasks)].id})
+                        for k in range(config.bc_episodes)]
+            demos = collector.run(teacher, requests, progress="oracle demonstrations")
+            losses = clone(model, demos, config.bc_epochs, config.bc_lr, device=config.pg.device, seed=config.seed)
+            summary["warm_start_loss"] = [losses[0], losses[-1]]
+            summary["demo_sessions"] = float(np.mean([d.num_sessions for d in demos]))
+            log(f"warm start: {len(demos)} demonstrations ({summary['demo_sessions']:.2f} sessions each), "
+                f"loss {losses[0]:.3f} -> {losses[-1]:.3f} in {time.time() - started:.0f}s")
+        summary["success_warm_start"] = evaluate(agent, eval_collector, env, config, "held-out (warm start)")
+        log(f"held-out success: initial {summary['success_initial']['success']:.3f}, after warm start "
+            f"{summary['success_warm_start']['success']:.3f}")
+        state["phase"] = "rl"
+        save()
+
+    metrics_path = out / "metrics.jsonl"
+    bar = tqdm(total=config.iterations, initial=state["iteration"], desc=f"RL ({config.algo})")
+    while state["iteration"] < config.iterations:
+        it = state["iteration"]
+        metrics = rl_iteration(config, it, agent, learner, collector, env, sampler, rng)
+        state["history"].append(metrics)
+        with metrics_path.open("a") as f:
+            f.write(json.dumps(metrics) + "\n")
+        state["iteration"] = it + 1
+        save()
+        bar.update(1)
+        bar.set_postfix(success=f"{metrics['success']:.2f}", sessions=f"{metrics['sessions']:.2f}")
+    bar.close()
+
+    summary = state["summary"]
+    if "success_final" not in summary:
+        summary["success_final"] = evaluate(agent, eval_collector, env, config, "held-out (after RL)")
+        save()
+    summary.update(algo=config.algo, iterations=config.iterations, run=str(out))
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    from .plots import plot_training
+
+    plot_training(state["history"], out / "training.png", title=f"{config.algo} on {config.env_id}")
+    log(_report(summary))
+    return summary
+
+
+def rl_iteration(config: TrainConfig, it: int, agent: LLMAgent, learner: PolicyGradient, collector: Collector,
+                 env: gym.Env, sampler: Any, rng: np.random.Generator) -> dict[str, Any]:
+    """One iteration: groups of rollouts, one advantage per session, one policy-gradient step."""
+    tasks = env.unwrapped.tasks
+    picked = rng.choice(len(tasks), size=config.tasks_per_iter, replace=len(tasks) < config.tasks_per_iter)
+    requests = []
+    budgets = []
+    for g, t in enumerate(picked):
+        budget = sampler.sample(rng, it)
+        budgets.append(budget)
+        requests += [Request(seed=int(rng.integers(2**31)), options={"task_id": tasks[t].id, "max_steps": budget},
+                             group=g) for _ in range(config.group_size)]
+    mosaic_rollout = config.algo == "mosaic" and config.estimator == "rollout"
+    trajectories = collector.run(agent, requests, record_snapshots=mosaic_rollout, progress=f"rollouts {it}")
+    sequences, all_adv, contrib_abs = [], [], []
+    for g in range(config.tasks_per_iter):
+        group = [t for t in trajectories if t.group == g]
+        contributions = None
+        if config.algo == "mosaic":
+            if config.estimator == "rollout":
+                d = credit.rollout_contributions(group, collector, agent, config.continuations,
+                                                 seed=int(rng.integers(2**31)))
+            else:
+                d = credit.likelihood_contributions(group, agent.model, agent.encode_action,
+                                                    env.unwrapped.site.task(group[0].task_id).answer,
+                                                    device=config.pg.device)
+            contributions = np.concatenate(d)
+            contrib_abs.append(float(np.abs(contributions).mean()))
+        session_traj = np.concatenate([np.full(t.num_sessions, i) for i, t in enumerate(group)])
+        values = learner.advantages([t.reward for t in group], session_traj, contributions)
+        row = 0
+        for t in group:
+            per_session = session_sequences(t)
+            for sid in range(t.num_sessions):
+                for s in per_session.get(sid, []):
+                    s.advantage = float(values[row])
+                    sequences.append(s)
+                row += 1
+        all_adv.append(values)
+    stats = learner.update(sequences)
+    adv_all = np.concatenate(all_adv)
+    return {
+        "iteration": it,
+        "success": float(np.mean([t.reward for t in trajectories])),
+        "sessions": float(np.mean([t.num_sessions for t in trajectories])),
+        "steps": float(np.mean([t.tree["steps_used"] for t in trajectories])),
+        "budget_mean": float(np.mean(budgets)),
+        "adv_mean": float(adv_all.mean()), "adv_std": float(adv_all.std()),
+        "adv_abs_max": float(np.abs(adv_all).max()),
+        "contribution_abs_mean": float(np.mean(contrib_abs)) if contrib_abs else 0.0,
+        **{k: float(v) for k, v in stats.items()},
+    }
+
+
+def budget_sampler(config: TrainConfig) -> Any:
+    """One budget per group: BudgetMix from ``config.budgets``, else the env's fixed ``max_steps``."""
+    if config.budgets:
+        return parse_budgets(config.budgets)
+    fixed = config.env_kwargs.get("max_steps", 64)
+    if not isinstance(fixed, int):
+        raise ValueError(f"env max_steps={fixed!r} varies per episode; give the groups' budgets with budgets='...'")
+    return FixedBudget(fixed)
+
+
+def evaluate(agent: LLMAgent, collector: Collector, env: gym.Env, config: TrainConfig, label: str
+             ) -> dict[str, float]:
+    """Held-out success: ``eval_episodes`` runs of every test task, sampled as in training."""
+    tasks = gym.make(config.env_id, **{**config.env_kwargs, "split": "test"}).unwrapped.tasks
+    requests = [Request(seed=1_000_003 + k, options={"task_id": t.id})
+                for k, t in enumerate(tasks) for _ in range(config.eval_episodes)]
+    runs = collector.run(agent, requests, progress=label)
+    return {"success": float(np.mean([r.reward for r in runs])),
+            "sessions": float(np.mean([r.num_sessions for r in runs])),
+            "steps": float(np.mean([r.tree["steps_used"] for r in runs])), "episodes": len(runs)}
+
+
+def _model(config: TrainConfig, env: gym.Env, out: Path):
+    """The model: from the run folder when resuming, else built or loaded and saved there."""
+    folder = out / "model"
+    if config.resume and folder.exists():
+        from transformers import AutoModelForCausalLM
+
+        return AutoModelForCausalLM.from_pretrained(folder).eval(), load_tokenizer(folder)
+    texts = None
+    if config.model.startswith("tiny-"):
+        from agents.models import default_texts
+
+        texts = default_texts(env=env)
+    model, tokenizer = load_model(config.model, texts=texts, seed=config.seed)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return model.eval(), tokenizer
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def _jsonable(config: TrainConfig) -> dict[str, Any]:
+    return json.loads(json.dumps(dataclasses.asdict(config), default=str))
+
+
+def _report(summary: dict[str, Any]) -> str:
+    def line(name: str, key: str) -> str:
+        r = summary.get(key)
+        return f"  {name:<22} {r['success']:.3f} success, {r['sessions']:.2f} sessions, {r['steps']:.1f} steps" \
+            if r else f"  {name:<22} (not run)"
+
+    return "\n".join([
+        f"held-out results ({summary.get('algo')}, {summary.get('iterations')} RL iterations, run {summary.get('run')}):",
+        line("initial model", "success_initial"),
+        line("after warm start", "success_warm_start"),
+        line("after RL", "success_final"),
+    ])
