@@ -8,7 +8,8 @@ Read top to bottom: :class:`TrainConfig` holds every setting (one line each), :f
    ``group_size`` trajectories per task, computes one advantage per session (broadcast or Mosaic, with
    the rollout or likelihood estimator of marginal contribution) and takes one :class:`PolicyGradient` step.
 4. Held-out success (the test split) before and after RL; metrics to ``metrics.jsonl`` every iteration; a
-   checkpoint every iteration (atomic; ``resume=True`` continues exactly); a training-curve PNG at the end.
+   checkpoint every iteration (atomic; ``resume=True`` continues exactly); a training-curve PNG and the
+   trained model (``final/``, loadable by ``mosaic eval --agent``) at the end.
 """
 
 from __future__ import annotations
@@ -109,7 +110,9 @@ def train(config: TrainConfig, log: Any = print) -> dict[str, Any]:
     if "success_final" not in summary:
         summary["success_final"] = evaluate(agent, eval_collector, env, config, "held-out (after RL)")
         save()
-    summary.update(algo=config.algo, iterations=config.iterations, run=str(out))
+    model.save_pretrained(out / "final")
+    tokenizer.save_pretrained(out / "final")
+    summary.update(algo=config.algo, iterations=config.iterations, run=str(out), model=str(out / "final"))
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     from .plots import plot_training
 
