@@ -39,7 +39,10 @@ from .web.site import Site, Task, load_site, normalize_answer
 
 OVERFLOW_POLICIES = ("force_compact", "truncate", "terminate")
 MAX_ANSWER_CANDIDATES = 8
+MAX_NOTE_FACTS = 8
+MAX_NOTE_LINE_CHARS = 160
 _THINK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL)
+_LINK_MARK = re.compile(r"\[\d+\] ")
 
 
 @dataclass
@@ -61,13 +64,14 @@ class Session:
     page: PageView | None = None
     chunk: int = 0
     mentions: dict[str, str] = field(default_factory=dict)
+    facts: dict[str, None] = field(default_factory=dict)
     pages_read: list[str] = field(default_factory=list)
     must_compact: bool = False
 
     def copy(self) -> "Session":
         # Messages are never mutated once appended and views are immutable, so shallow copies suffice.
         return Session(**{**self.__dict__, "messages": list(self.messages), "mentions": dict(self.mentions),
-                          "pages_read": list(self.pages_read)})
+                          "facts": dict(self.facts), "pages_read": list(self.pages_read)})
 
 
 @dataclass
@@ -185,6 +189,7 @@ class WebQAEnv(gym.Env[str, str]):
         self.backend: Backend = make_backend(backend, self.site, chunk_tokens)
         # Pages are shown again and again: remember what each shown text mentions.
         self._mentions = functools.lru_cache(maxsize=65_536)(self.site.mentions)
+        self._fact_lines = functools.lru_cache(maxsize=65_536)(self._lines_with_mentions)
         self.observation_space = AnyText()
         self.action_space = AnyText()
         self.state: EpisodeState | None = None
@@ -473,6 +478,8 @@ class WebQAEnv(gym.Env[str, str]):
         if mentions_of:
             for value, kind in self._mentions(mentions_of):
                 session.mentions.setdefault(value, kind)
+            for line in self._fact_lines(mentions_of):
+                session.facts.setdefault(line, None)
 
     def _tool_result(self, session: Session, text: str, mentions_of: str = "", budget: bool = True) -> None:
         state = self._require_state()
@@ -578,10 +585,17 @@ class WebQAEnv(gym.Env[str, str]):
         return state.task
 
     def _notes(self, session: Session) -> str:
-        """A compaction summary built from what the session has seen: pages read and values met."""
+        """A compaction summary built from what the session has seen: the pages read, then the last short lines
+        it read that state a value (an infobox row, a sentence naming a year or an entity)."""
         pages = ", ".join(dict.fromkeys(session.pages_read)) or "none"
-        values = ", ".join(list(session.mentions)[-12:]) or "none"
-        return f"Pages read: {pages}. Values seen: {values}."
+        facts = " ".join(f"{line.rstrip('.')}." for line in list(session.facts)[-MAX_NOTE_FACTS:]) or "none"
+        return f"Pages read: {pages}. Notes: {facts}"
+
+    def _lines_with_mentions(self, text: str) -> tuple[str, ...]:
+        values = [v for v, _ in self._mentions(text)]
+        # Link numbers mean nothing in the next session: notes keep the words only.
+        return tuple(_LINK_MARK.sub("", line).strip() for line in text.splitlines()
+                     if len(line) <= MAX_NOTE_LINE_CHARS and any(v in line for v in values))
 
 
 def _check_budget(spec: Any) -> int | tuple[int, int] | list[int]:
