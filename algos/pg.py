@@ -119,7 +119,10 @@ class PolicyGradient:
             loss_sum = clipped = kl_sum = 0.0
             for batch in micro_batches(sequences, c.micro_batch_tokens):
                 logp, mask = sequence_logprobs(self.model, batch, self.device)
-                old = _padded([s.old_logprobs for s in batch], logp.shape, self.device)
+                # Outside the loss (prompts, padding) log-probs are zeroed before any exp: there they could
+                # overflow, and inf * 0 would turn the masked sum into nan.
+                logp = torch.where(mask, logp, 0.0)
+                old = torch.where(mask, _padded([s.old_logprobs for s in batch], logp.shape, self.device), 0.0)
                 adv_t = torch.tensor([s.advantage for s in batch], device=self.device)[:, None]
                 w = torch.tensor([s.weight for s in batch], device=self.device)[:, None] * mask
                 ratio = torch.exp(logp - old)
@@ -127,7 +130,7 @@ class PolicyGradient:
                 loss = -(surrogate * w).sum() / total
                 if self.ref_model is not None:
                     with torch.no_grad():
-                        ref, _ = sequence_logprobs(self.ref_model, batch, self.device)
+                        ref = torch.where(mask, sequence_logprobs(self.ref_model, batch, self.device)[0], 0.0)
                     k3 = torch.exp(ref - logp) - (ref - logp) - 1
                     loss = loss + c.kl_coef * (k3 * w).sum() / total
                     kl_sum += float((k3.detach() * w).sum())

@@ -1,0 +1,310 @@
+"""PolicyGradient: loss only on generated tokens, token-mean over the batch, PPO clipping, the direction of a
+step, the KL to the reference, Dr. GRPO, and old log-probs that match what the sampler saw."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import doctest
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import algos.pg
+import envs  # noqa: F401  (registers the environments)
+from agents.llm import LLMAgent
+from agents.models import build_tiny_model, train_tokenizer
+from algos.config import PGConfig, TrainConfig
+from algos.pg import PolicyGradient, micro_batches, sequence_logprobs
+from algos.rollout import Collector, Request, TrainSequence, session_sequences
+from conftest import SITE_SIZE
+
+TEXTS = ['Question: where was Edra Vane born? search("Edra Vane") open(1) answer("Oskarde")',
+         'Question: who founded Tolis Marr? search("Tolis Marr") open(2) answer("Ikel Osk")'] * 20
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return train_tokenizer(TEXTS, vocab_size=300)
+
+
+@pytest.fixture
+def model(tokenizer):
+    return build_tiny_model(tokenizer, "1m", seed=0)
+
+
+def _ids(tokenizer, text: str) -> list[int]:
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+def _logprobs(model: torch.nn.Module, seqs: list[TrainSequence]) -> list[list[float]]:
+    """The model's log-prob of every token of each sequence (0 at position 0), unpadded."""
+    with torch.no_grad():
+        logp, _ = sequence_logprobs(model, seqs, CPU)
+    return [logp[b, : len(s.token_ids)].tolist() for b, s in enumerate(seqs)]
+
+
+def _on_policy(model, tokenizer, prompt: str, action: str, advantage: float) -> TrainSequence:
+    """A session (prompt then generated action) whose old log-probs are the model's own: every ratio is 1."""
+    p, a = _ids(tokenizer, prompt), _ids(tokenizer, action)
+    seq = TrainSequence(p + a, [False] * len(p) + [True] * len(a), [0.0] * (len(p) + len(a)), advantage)
+    lp = _logprobs(model, [seq])[0]
+    seq.old_logprobs = [x if m else 0.0 for x, m in zip(lp, seq.gen_mask)]
+    return seq
+
+
+def _action_logprob(model, tokenizer, prompt: str, action: str) -> float:
+    seq = _on_policy(model, tokenizer, prompt, action, 0.0)
+    return float(np.sum(seq.old_logprobs))
+
+
+def _grads(model: torch.nn.Module) -> list[torch.Tensor]:
+    return [torch.zeros_like(p) if p.grad is None else p.grad.clone() for p in model.parameters()]
+
+
+def _batch(model, tokenizer) -> list[TrainSequence]:
+    return [
+        _on_policy(model, tokenizer, "Question: where was Edra Vane born?", 'search("Edra Vane")', 1.0),
+        _on_policy(model, tokenizer, "Question: who founded Tolis Marr? Tolis", 'open(2) answer("Ikel Osk")', -0.5),
+        _on_policy(model, tokenizer, "Question:", 'answer("Oskarde")', 0.25),
+    ]
+
+
+# Loss masking --------------------------------------------------------------------------------------------------
+
+
+def test_only_positions_that_predict_generated_tokens_receive_gradient(model, tokenizer):
+    pg = PolicyGradient(model, PGConfig(lr=0.0, kl_coef=0.1))
+    batch = _batch(model, tokenizer)
+    captured: list[torch.Tensor] = []
+
+    def keep(module, inputs, out):
+        out.retain_grad()
+        captured.append(out)
+
+    pg.model.lm_head.register_forward_hook(keep)
+    pg.update(batch)
+    logits_grad = captured[0].grad.abs().sum(-1)  # (B, L): logits at t predict token t + 1
+    for b, s in enumerate(batch):
+        predicts_generated = torch.zeros(logits_grad.shape[1], dtype=torch.bool)
+        predicts_generated[: len(s.token_ids) - 1] = torch.tensor(s.gen_mask[1:])
+        assert torch.all(logits_grad[b, ~predicts_generated] == 0), f"prompt or padding of row {b} got gradient"
+        assert torch.all(logits_grad[b, predicts_generated] > 0), f"a generated token of row {b} got no gradient"
+
+
+def test_values_at_masked_positions_change_nothing(model, tokenizer):
+    clean = _batch(model, tokenizer)
+    dirty = copy.deepcopy(clean)
+    for s in dirty:  # garbage where nothing was generated: old log-probs far off in both directions
+        s.old_logprobs = [x if m else (-1e4 if k % 2 else 1e4) for k, (x, m) in enumerate(zip(s.old_logprobs, s.gen_mask))]
+    results = []
+    for seqs in (clean, dirty):
+        m = copy.deepcopy(model)
+        stats = PolicyGradient(m, PGConfig(lr=1e-2, kl_coef=0.1, epochs=2)).update(seqs)
+        results.append((stats, list(m.parameters())))
+    assert np.isfinite(results[1][0]["loss"])
+    assert results[0][0]["loss"] == results[1][0]["loss"]
+    assert all(torch.equal(a, b) for a, b in zip(results[0][1], results[1][1]))
+
+
+def test_sequences_without_generated_tokens_are_skipped(model, tokenizer):
+    before = [p.clone() for p in model.parameters()]
+    ids = _ids(tokenizer, "Question: where?")
+    prompt_only = TrainSequence(ids, [False] * len(ids), [0.0] * len(ids), advantage=3.0)
+    stats = PolicyGradient(model, PGConfig(lr=1e-2)).update([prompt_only])
+    assert stats["tokens"] == 0
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+# Token-mean aggregation ------------------------------------------------------------------------------------------
+
+
+def test_loss_is_the_token_mean_of_advantages_at_ratio_one(model, tokenizer):
+    # At ratio 1 the surrogate of a token is its session's advantage, so the loss is -sum_s A_s n_s / sum_s n_s:
+    # every generated token of the batch weighs 1/N, and a session weighs as many tokens as it generated.
+    batch = _batch(model, tokenizer)
+    n = np.array([s.num_generated for s in batch])
+    a = np.array([s.advantage for s in batch])
+    stats = PolicyGradient(model, PGConfig(lr=0.0)).update(batch)
+    assert stats["loss"] == pytest.approx(-(a * n).sum() / n.sum(), abs=1e-5)
+    assert stats["loss"] != pytest.approx(-a.mean(), abs=1e-3)  # what a mean over rows would give
+
+
+def test_splitting_a_trajectory_into_more_session_rows_does_not_change_its_weight(model, tokenizer):
+    # Token-mean: the gradient is sum over generated tokens / N_gen, so a trajectory weighs as many tokens as it
+    # generated however many rows (sessions) hold them. Here the same tokens come as one row or as two rows
+    # (each masking in half of them); a mean over rows would double the split trajectory's weight.
+    whole, *others = _batch(model, tokenizer)
+    generated = [k for k, m in enumerate(whole.gen_mask) if m]
+    halves = []
+    for part in (generated[: len(generated) // 2], generated[len(generated) // 2 :]):
+        half = copy.deepcopy(whole)
+        half.gen_mask = [k in part for k in range(len(whole.gen_mask))]
+        half.old_logprobs = [x if k in part else 0.0 for k, x in enumerate(whole.old_logprobs)]
+        halves.append(half)
+    grads, losses = [], []
+    for seqs in ([whole, *others], [*halves, *others]):
+        m = copy.deepcopy(model)
+        losses.append(PolicyGradient(m, PGConfig(lr=0.0, max_grad_norm=1e9)).update(seqs)["loss"])
+        grads.append(_grads(m))
+    assert losses[0] == pytest.approx(losses[1], abs=1e-6)
+    assert all(torch.allclose(g, h, atol=1e-7) for g, h in zip(*grads))
+    # The construction is not degenerate: a mean of per-row token-means weighs the two cases differently.
+    per_row = [np.mean([-s.advantage for s in seqs]) for seqs in ([whole, *others], [*halves, *others])]
+    assert per_row[0] != pytest.approx(per_row[1])
+
+
+def test_micro_batches_accumulate_the_same_gradient_as_one_batch(model, tokenizer):
+    batch = _batch(model, tokenizer)
+    grads = []
+    for budget in (1 << 20, 1):  # everything in one padded pass, or one sequence per pass
+        m = copy.deepcopy(model)
+        PolicyGradient(m, PGConfig(lr=0.0, max_grad_norm=1e9, micro_batch_tokens=budget)).update(batch)
+        grads.append(_grads(m))
+    assert all(torch.allclose(g, h, atol=1e-6) for g, h in zip(*grads))
+
+
+def test_micro_batches_keep_order_and_padded_size():
+    seqs = [TrainSequence([1] * n, [True] * n, [0.0] * n) for n in (5, 3, 9, 2, 2, 7)]
+    batches = list(micro_batches(seqs, max_tokens=18))
+    assert [s for b in batches for s in b] == seqs
+    assert all(len(b) == 1 or len(b) * max(len(s.token_ids) for s in b) <= 18 for b in batches)
+    assert len(batches) < len(seqs)  # it does group
+
+
+# Clipping ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("advantage", [1.0, -1.0])
+def test_second_epoch_gives_no_gradient_to_tokens_whose_ratio_left_the_clip_range(model, tokenizer, advantage):
+    seq = _on_policy(model, tokenizer, "Question: where was Edra Vane born?", 'answer("Oskarde")', advantage)
+    config = PGConfig(lr=0.1, clip_eps=0.2, max_grad_norm=1e9)
+    one = copy.deepcopy(model)
+    PolicyGradient(one, config).update([seq])
+    gen = np.flatnonzero(seq.gen_mask)
+    ratio = np.exp(np.array(_logprobs(one, [seq])[0]) - np.array(seq.old_logprobs))[gen]
+    # Clipped: past the range on the side the advantage pushes to (the min then takes the flat clipped term).
+    clipped = ratio > 1.2 if advantage > 0 else ratio < 0.8
+    assert clipped.any()
+    two = PolicyGradient(copy.deepcopy(model), dataclasses.replace(config, epochs=2))
+    captured: list[torch.Tensor] = []
+
+    def keep(module, inputs, out):
+        out.retain_grad()
+        captured.append(out)
+
+    two.model.lm_head.register_forward_hook(keep)
+    stats = two.update([seq])
+    second_epoch = captured[-1].grad[0].abs().sum(-1)[gen - 1]  # logits at t - 1 predict token t
+    assert torch.all(second_epoch[torch.tensor(clipped)] == 0)
+    assert torch.all(second_epoch[torch.tensor(~clipped)] > 0)
+    if clipped.all():
+        assert stats["grad_norm"] == 0.0 and all(torch.count_nonzero(g) == 0 for g in _grads(two.model))
+
+
+def test_clipping_is_pessimistic_a_ratio_past_the_range_against_the_advantage_still_learns(model, tokenizer):
+    # ratio = e > 1 + eps: with A > 0 the min picks the flat clipped term (no gradient); with A < 0 it picks
+    # ratio * A, which still pushes the ratio down.
+    grads = {}
+    for advantage in (1.0, -1.0):
+        seq = _on_policy(model, tokenizer, "Question: where was Edra Vane born?", 'answer("Oskarde")', advantage)
+        seq.old_logprobs = [x - 1.0 if m else 0.0 for x, m in zip(seq.old_logprobs, seq.gen_mask)]
+        m = copy.deepcopy(model)
+        PolicyGradient(m, PGConfig(lr=0.0, max_grad_norm=1e9)).update([seq])
+        grads[advantage] = sum(float(g.abs().sum()) for g in _grads(m))
+    assert grads[1.0] == 0.0
+    assert grads[-1.0] > 0.0
+
+
+# The direction of a step ---------------------------------------------------------------------------------------------
+
+
+def test_one_step_raises_a_positively_advantaged_action_and_lowers_a_negative_one(model, tokenizer):
+    prompt = "Question: where was Edra Vane born?"
+    good, bad = 'answer("Oskarde")', 'search("Tolis Marr")'
+    before = {a: _action_logprob(model, tokenizer, prompt, a) for a in (good, bad)}
+    batch = [_on_policy(model, tokenizer, prompt, good, 1.0), _on_policy(model, tokenizer, prompt, bad, -1.0)]
+    PolicyGradient(model, PGConfig(lr=1e-3)).update(batch)
+    after = {a: _action_logprob(model, tokenizer, prompt, a) for a in (good, bad)}
+    assert after[good] > before[good] + 0.05
+    assert after[bad] < before[bad] - 0.05
+
+
+# KL to the reference -----------------------------------------------------------------------------------------------
+
+
+def test_kl_to_the_reference_is_zero_at_first_and_grows_with_updates(model, tokenizer):
+    pg = PolicyGradient(model, PGConfig(lr=1e-2, kl_coef=0.5))
+    reference = [p.clone() for p in pg.ref_model.parameters()]
+    batch = _batch(model, tokenizer)
+    first = pg.update(batch)
+    assert first["kl_ref"] == pytest.approx(0.0, abs=1e-7)
+    second = pg.update(batch)
+    assert second["kl_ref"] > 1e-4
+    assert all(torch.equal(a, b) for a, b in zip(reference, pg.ref_model.parameters()))
+    assert PolicyGradient(copy.deepcopy(model), PGConfig(kl_coef=0.0)).ref_model is None
+
+
+def test_kl_term_pulls_back_towards_the_reference(model, tokenizer):
+    # With every advantage 0 only the KL term acts: steps must bring the policy's tokens back to the reference.
+    pg = PolicyGradient(model, PGConfig(lr=1e-2, kl_coef=1.0))
+    batch = _batch(model, tokenizer)
+    pg.update(batch)
+    pg.update(batch)
+    for s in batch:
+        s.advantage = 0.0
+    pg.optimizer = torch.optim.SGD(pg.model.parameters(), lr=0.1)  # no momentum left from the drifting steps
+    kl = [pg.update(batch)["kl_ref"] for _ in range(4)]  # each measured before its step
+    assert kl[0] > 1e-4
+    assert all(later < earlier for earlier, later in zip(kl, kl[1:]))
+
+
+# Dr. GRPO -----------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("advantage", ["broadcast", "mosaic"])
+def test_dr_grpo_option_reaches_the_advantage_estimator(model, advantage):
+    rewards, rows = [1.0, 0.0, 0.0, 0.0], np.array([0, 1, 2, 3])
+    shaping = dict(lambda_use=0.0, beta=0.0)
+    dr = PolicyGradient(model, PGConfig(advantage=advantage, normalize_std=False, **shaping))
+    std = PolicyGradient(model, PGConfig(advantage=advantage, normalize_std=True, **shaping))
+    assert dr.advantages(rewards, rows) == pytest.approx([0.75, -0.25, -0.25, -0.25])
+    assert std.advantages(rewards, rows) == pytest.approx([3**0.5, -(3**-0.5), -(3**-0.5), -(3**-0.5)], abs=1e-5)
+
+
+def test_dr_grpo_flag_of_the_command_line_reaches_the_learner_config():
+    from algos.cli import build_parser
+    from algos.commands.train import config_from_args
+
+    config = config_from_args(build_parser().parse_args(["train", "--dr-grpo", "--algo", "broadcast"]))
+    assert config.pg.normalize_std is False and config.pg.advantage == "broadcast"
+    assert TrainConfig(algo="mosaic", pg={"normalize_std": False}).pg.normalize_std is False
+
+
+# Old log-probs match what the sampler saw ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["choose", "generate"])
+def test_first_ratio_is_one_on_real_rollouts(tokenizer, mode):
+    # The learner re-scores the packed sessions with the same weights: every generated token's log-prob must equal
+    # the one the agent recorded while sampling (KV caches, tree-masked candidate scoring, batching), or the ratio
+    # would not start at 1.
+    model = build_tiny_model(tokenizer, "1m", seed=1)
+    make = lambda: gym.make("mosaic/WebQA-v0", site_size=SITE_SIZE, hops=1, max_steps=4, candidates=True)  # noqa: E731
+    agent = LLMAgent(model, tokenizer, mode=mode, max_new_tokens=6, seed=0)
+    runs = Collector(make, 3).run(agent, [Request(seed=s, options={}) for s in range(3)])
+    seqs = [s for t in runs for rows in session_sequences(t).values() for s in rows]
+    assert sum(s.num_generated for s in seqs) > 0
+    for s, lp in zip(seqs, _logprobs(model, seqs)):
+        gen = np.array(s.gen_mask)
+        np.testing.assert_allclose(np.array(lp)[gen], np.array(s.old_logprobs)[gen], atol=2e-4)
+    stats = PolicyGradient(model, PGConfig(lr=0.0)).update(seqs)
+    assert abs(stats["approx_kl"]) < 1e-4 and stats["clip_fraction"] == 0.0
+
+
+def test_docstring_examples_run():
+    assert doctest.testmod(algos.pg).failed == 0
+
