@@ -68,7 +68,7 @@ class TeacherForcing(Agent):
 
 
 def clone(model: torch.nn.Module, demos: Sequence[Trajectory], epochs: int, lr: float, device: str = "cpu",
-          micro_batch_tokens: int = 8192, batch_sequences: int = 16, seed: int = 0,
+          micro_batch_tokens: int = 8192, batch_sequences: int = 8, seed: int = 0,
           optimizer: torch.optim.Optimizer | None = None) -> list[float]:
     """Maximise the log-likelihood of the demonstrated action tokens (token-mean per batch); the loss per batch.
 

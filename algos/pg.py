@@ -53,9 +53,11 @@ def sequence_logprobs(model: torch.nn.Module, sequences: Sequence[TrainSequence]
         mask[b, :n] = torch.tensor(s.gen_mask)
     mask[:, 0] = False
     ids, attn, mask = ids.to(device), attn.to(device), mask.to(device)
-    logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()
+    # Logits only where a generated token is predicted (the vocabulary projection is costly elsewhere).
+    keep = mask.any(0).nonzero().squeeze(1) - 1
+    logits = model(input_ids=ids, attention_mask=attn, logits_to_keep=keep).logits.float()
     logp = torch.zeros(ids.shape, device=device)
-    logp[:, 1:] = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+    logp[:, keep + 1] = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, keep + 1, None]).squeeze(-1)
     return logp, mask
 
 
