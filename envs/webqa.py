@@ -43,6 +43,7 @@ MAX_NOTE_FACTS = 8
 MAX_NOTE_LINE_CHARS = 160
 _THINK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL)
 _LINK_MARK = re.compile(r"\[\d+\] ")
+_GENERATION_PROMPT = ROLE_TAG["assistant"] + "\n"
 
 
 @dataclass
@@ -54,7 +55,9 @@ class Session:
     kind: str
     depth: int
     messages: list[dict[str, str]]
-    text: str
+    # The context as transcript pieces, one a message, joined only when read: appending to one long string
+    # would copy the whole context at every message, a cost that grows with the context.
+    pieces: list[str]
     tokens: int
     steps: int = 0
     tokens_in: int = 0
@@ -68,10 +71,16 @@ class Session:
     pages_read: list[str] = field(default_factory=list)
     must_compact: bool = False
 
+    @property
+    def text(self) -> str:
+        """The session's context as a transcript (:func:`envs.prompts.render_transcript` without the prompt)."""
+        return "".join(self.pieces)
+
     def copy(self) -> "Session":
         # Messages are never mutated once appended and views are immutable, so shallow copies suffice.
-        return Session(**{**self.__dict__, "messages": list(self.messages), "mentions": dict(self.mentions),
-                          "facts": dict(self.facts), "pages_read": list(self.pages_read)})
+        return Session(**{**self.__dict__, "messages": list(self.messages), "pieces": list(self.pieces),
+                          "mentions": dict(self.mentions), "facts": dict(self.facts),
+                          "pages_read": list(self.pages_read)})
 
 
 @dataclass
@@ -455,7 +464,7 @@ class WebQAEnv(gym.Env[str, str]):
                      fork_task: str | None = None) -> Session:
         state = self._require_state()
         sid = len(state.sessions)
-        session = Session(id=sid, parent=parent, kind=kind, depth=depth, messages=[], text="", tokens=0,
+        session = Session(id=sid, parent=parent, kind=kind, depth=depth, messages=[], pieces=[], tokens=0,
                           fork_task=fork_task)
         state.sessions.append(session)
         self._append(session, "system", self._system)
@@ -469,7 +478,7 @@ class WebQAEnv(gym.Env[str, str]):
         piece = f"{ROLE_TAG[role]}\n{content}\n"
         tokens = self.count_tokens(piece)
         session.messages.append({"role": role, "content": content})
-        session.text += piece
+        session.pieces.append(piece)
         session.tokens += tokens
         if out:
             session.tokens_out += tokens
@@ -504,7 +513,8 @@ class WebQAEnv(gym.Env[str, str]):
 
     def _observation(self) -> str:
         state = self._require_state()
-        return state.sessions[state.stack[-1]].text + ROLE_TAG["assistant"] + "\n"
+        # The observation is the one copy of the whole context a step makes.
+        return "".join([*state.sessions[state.stack[-1]].pieces, _GENERATION_PROMPT])
 
     def _info(self, acted: Session | None, error: str | None) -> dict[str, Any]:
         state = self._require_state()
