@@ -50,6 +50,9 @@ def rollout_contributions(group: Sequence[Trajectory], collector: Collector, age
 
     Trajectories must have been collected with ``record_snapshots=True``.
     """
+    if not all(t.snapshots.get("session_start") for t in group):
+        raise ValueError("rollout contributions branch from env snapshots: collect the group with "
+                         "Collector.run(..., record_snapshots=True)")
     mean_reward = float(np.mean([t.reward for t in group]))
     wanted: list[tuple[int, str, int]] = []
     for i, t in enumerate(group):

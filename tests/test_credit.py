@@ -1,0 +1,248 @@
+"""Mosaic's marginal contributions (``algos.credit``): session chains, the rollout estimator on real branched
+rollouts, and the likelihood estimator, on groups whose useful and useless sessions are known by construction."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import envs  # noqa: F401  (registers the environments)
+from agents import Agent, OracleAgent
+from agents.llm import LLMAgent
+from agents.models import build_tiny_model, train_tokenizer
+from algos import advantages
+from algos.bc import TeacherForcing
+from algos.credit import chains, likelihood_contributions, rollout_contributions
+from algos.rollout import Collector, Request, Trajectory
+from conftest import SITE_SIZE
+from envs.actions import format_action
+
+BUDGET = 14
+
+
+def _make_env() -> gym.Env:
+    return gym.make("mosaic/WebQA-v0", site_size=SITE_SIZE, hops=1, max_steps=BUDGET)
+
+
+class Scripted(Agent):
+    """Plays ``opening`` (one action a step, from the episode's start), then the oracle takes over."""
+
+    def __init__(self, env: gym.Env, opening: list[str], compact_at: float | None = None):
+        self.opening = opening
+        self.oracle = OracleAgent(env, compact_at=compact_at)
+
+    def reset(self, index: int | None = None) -> None:
+        self.oracle.reset(index)
+
+    def act(self, observation: str, info: dict[str, Any]) -> str:
+        if info["steps_used"] < len(self.opening):
+            return self.opening[info["steps_used"]]
+        return self.oracle.act(observation, info)
+
+
+class AnswerIfSeen(Agent):
+    """The continuation policy: hands on the gold answer when its context holds it, else gives up at once.
+
+    So ``V(state)`` is 1 exactly when the facts found so far reached the context that acts next: what work
+    carried across a handoff (a summary, a subagent's result) is worth. (The oracle would not do here: it
+    replans from the gold path in every session it did not start, so its ``V`` only counts the steps left.)
+    """
+
+    def __init__(self, env: gym.Env):
+        self.site = env.unwrapped.site
+
+    def act(self, observation: str, info: dict[str, Any]) -> str:
+        gold = self.site.task(info["task_id"]).answer
+        text = gold if gold in observation else "unknown"
+        return format_action("answer" if info["depth"] == 0 else "finish", text)
+
+
+@pytest.fixture(scope="module")
+def task():
+    return _make_env().unwrapped.tasks[0]
+
+
+def _run(agent: Agent, task, record_snapshots: bool = True, student: LLMAgent | None = None) -> Trajectory:
+    if student is not None:
+        agent = TeacherForcing(agent, student)
+    (trajectory,) = Collector(_make_env, 1).run(agent, [Request(seed=0, options={"task_id": task.id})],
+                                                record_snapshots=record_snapshots)
+    return trajectory
+
+
+def _group(task, student: LLMAgent | None = None) -> dict[str, Trajectory]:
+    """Four trajectories of one task whose sessions' worth is known by construction.
+
+    useful:   session 0 finds the fact and compacts with it, session 1 answers.             R = 1
+    useless:  session 0 compacts at once ("Nothing found yet."), session 1 does all the work. R = 1
+    fail:     answers without looking.                                                      R = 0
+    fork:     root forks the whole question at once; the child finds the fact, compacts, finishes with it;
+              the root then finds it again, compacts, answers (sessions: 0 root, 1 fork, 2 its compaction,
+              3 the root's compaction).                                                     R = 1
+    """
+    env = _make_env()
+    return {
+        "useful": _run(OracleAgent(env, compact_at=0.2), task, student=student),
+        "useless": _run(Scripted(env, [format_action("compact", "Nothing found yet.")]), task, student=student),
+        "fail": _run(Scripted(env, [format_action("answer", "I do not know")]), task, student=student),
+        "fork": _run(Scripted(env, [format_action("fork", task.question)], compact_at=0.2), task, student=student),
+    }
+
+
+@pytest.fixture(scope="module")
+def group(task) -> dict[str, Trajectory]:
+    runs = _group(task)
+    # The scenario is what the docstring says it is.
+    assert [t.reward for t in runs.values()] == [1.0, 1.0, 0.0, 1.0]
+    useful, useless, fork = runs["useful"].tree["sessions"], runs["useless"].tree["sessions"], runs["fork"].tree["sessions"]
+    assert len(useful) == 2 and task.answer in useful[0]["handoff"]
+    assert len(useless) == 2 and task.answer not in useless[0]["handoff"]
+    assert [(s["kind"], s["parent"]) for s in fork] == [("root", None), ("fork", 0), ("compact", 1), ("compact", 0)]
+    return runs
+
+
+# Chains ----------------------------------------------------------------------------------------------------------
+
+
+def _tree(*sessions: tuple[str, int | None]) -> Trajectory:
+    rows = [{"id": k, "kind": kind, "parent": parent} for k, (kind, parent) in enumerate(sessions)]
+    return Trajectory(group=0, task_id="t", budget=8, reward=0.0, tree={"sessions": rows})
+
+
+def test_chains_follow_compactions_from_each_root_or_fork_session():
+    # 0 root -> 1 compacts it; 1 forks 2 (which compacts into 3) and 4; then 1 compacts into 5.
+    t = _tree(("root", None), ("compact", 0), ("fork", 1), ("compact", 2), ("fork", 1), ("compact", 1))
+    assert chains(t) == [[0, 1, 5], [2, 3], [4]]
+    assert chains(_tree(("root", None))) == [[0]]
+
+
+def test_chains_of_a_real_tree_partition_its_sessions(group):
+    assert chains(group["fork"]) == [[0, 3], [1, 2]]
+    for t in group.values():
+        found = sorted(sid for chain in chains(t) for sid in chain)
+        assert found == t.session_ids
+
+
+# Rollout estimator ----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def rollout_d(group):
+    runs = list(group.values())
+    d = rollout_contributions(runs, Collector(_make_env, 4), AnswerIfSeen(_make_env()), continuations=2, seed=0)
+    return dict(zip(group, d))
+
+
+def test_a_useless_session_gets_less_rollout_credit_than_a_useful_one(rollout_d):
+    assert rollout_d["useless"][0] < rollout_d["useful"][0]
+    # The useless trajectory's credit went to the session that did its work.
+    assert rollout_d["useless"][1] > rollout_d["useless"][0]
+
+
+def test_rollout_contributions_are_value_differences_at_each_boundary(group, rollout_d):
+    # V = 1 where the fact reached the context acting next, else 0; chains start at the group's mean reward
+    # (root) or at V before the fork, and end at R (root) or at V once the result is back (fork).
+    m = np.mean([t.reward for t in group.values()])
+    assert rollout_d["useful"] == pytest.approx([1 - m, 0.0])
+    assert rollout_d["useless"] == pytest.approx([0 - m, 1.0])
+    assert rollout_d["fail"] == pytest.approx([0 - m])
+    # root chain [0, 3]: m -> V(start of 3) = 1 -> R = 1; fork chain [1, 2]: V before fork 0 -> 1 -> V after 1.
+    assert rollout_d["fork"] == pytest.approx([1 - m, 1.0, 0.0, 0.0])
+    for name, t in group.items():
+        root_chain = chains(t)[0]
+        assert rollout_d[name][root_chain].sum() == pytest.approx(t.reward - m)  # they telescope
+
+
+def test_mosaic_advantage_ranks_the_useful_session_above_the_useless_one(group, rollout_d):
+    runs = list(group.values())
+    rows = np.concatenate([np.full(t.num_sessions, i) for i, t in enumerate(runs)])
+    a = advantages.mosaic([t.reward for t in runs], rows, np.concatenate(list(rollout_d.values())))
+    first_row = np.cumsum([0] + [t.num_sessions for t in runs])
+    useful, useless = first_row[0], first_row[1]
+    assert a[useful] > a[useless]
+
+
+def test_rollout_contributions_need_snapshots(task):
+    t = _run(OracleAgent(_make_env(), compact_at=0.2), task, record_snapshots=False)
+    with pytest.raises(ValueError, match="record_snapshots"):
+        rollout_contributions([t], Collector(_make_env, 1), AnswerIfSeen(_make_env()), continuations=1, seed=0)
+
+
+# Likelihood estimator ----------------------------------------------------------------------------------------------
+
+
+class CopyModel(torch.nn.Module):
+    """A hand-built scorer: the next token is likely exactly when it already occurs in the context.
+
+    Under it, ``log p(answer("gold") | context)`` is high iff the context holds the gold answer's words.
+    """
+
+    def __init__(self, vocab_size: int):
+        super().__init__()
+        self.vocab_size = vocab_size
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                logits_to_keep: int | torch.Tensor = 0) -> SimpleNamespace:
+        seen = torch.nn.functional.one_hot(input_ids, self.vocab_size).cummax(dim=1).values
+        logits = 8.0 * seen.float()
+        if isinstance(logits_to_keep, torch.Tensor):  # as Transformers models take it: positions, or the last k
+            logits = logits[:, logits_to_keep]
+        elif logits_to_keep:
+            logits = logits[:, -logits_to_keep:]
+        return SimpleNamespace(logits=logits)
+
+
+@pytest.fixture(scope="module")
+def student(task):
+    env = _make_env()
+    site = env.unwrapped.site
+    tokenizer = train_tokenizer([f"{d.title}\n{d.text}" for d in site.documents()] + [task.question] * 5,
+                                vocab_size=800)
+    return LLMAgent(build_tiny_model(tokenizer, "1m", seed=0), tokenizer, mode="choose", seed=0)
+
+
+@pytest.fixture(scope="module")
+def recorded(task, student) -> dict[str, Trajectory]:
+    """The same four trajectories, with the student's tokens recorded at every step (teacher forcing)."""
+    return _group(task, student=student)
+
+
+def _direct_logp(model: torch.nn.Module, context: list[int], answer: list[int]) -> float:
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([context + answer])).logits[0].float()
+    logp = torch.log_softmax(logits[len(context) - 1 : -1], -1)
+    return float(logp.gather(1, torch.tensor(answer)[:, None]).sum())
+
+
+def test_likelihood_credit_goes_to_sessions_that_bring_the_answer_into_context(task, student, recorded):
+    model = CopyModel(len(student.tokenizer))
+    d = dict(zip(recorded, likelihood_contributions(list(recorded.values()), model, student.encode_action,
+                                                    task.answer)))
+    assert d["useful"][0] > d["useless"][0] + 1.0
+    assert d["useless"][1] > d["useless"][0] + 1.0  # the session that found the fact
+    assert abs(d["useless"][0]) < 1.0  # compacting with "Nothing found yet." moved nothing
+    assert d["fork"][1] > 1.0  # the subagent's result brought the answer to its parent
+    assert abs(d["fail"][0]) < 1.0  # answering without looking brought nothing
+
+
+def test_likelihood_contributions_are_log_prob_differences_between_the_handoff_contexts(task, student, recorded):
+    # With the real tiny policy: D of a compaction session = log p(gold | next session's first prompt) -
+    # log p(gold | its own first prompt); of the last = its final context's minus its first prompt's.
+    model = student.model
+    answer = student.encode_action(format_action("answer", task.answer))
+    d = likelihood_contributions(list(recorded.values()), model, student.encode_action, task.answer)
+    for t, dt in zip(recorded.values(), d):
+        assert dt.shape == (t.num_sessions,) and np.all(np.isfinite(dt))
+    useful = recorded["useful"]
+    first = [list(useful.steps[sid][0].prompt_ids) for sid in (0, 1)]
+    last = useful.steps[1][-1]
+    final = list(last.prompt_ids) + list(last.gen_ids)
+    expected = [_direct_logp(model, first[1], answer) - _direct_logp(model, first[0], answer),
+                _direct_logp(model, final, answer) - _direct_logp(model, first[1], answer)]
+    assert d[0] == pytest.approx(expected, abs=1e-3)
+
