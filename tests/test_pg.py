@@ -85,14 +85,15 @@ def test_only_positions_that_predict_generated_tokens_receive_gradient(model, to
         out.retain_grad()
         captured.append(out)
 
-    pg.model.lm_head.register_forward_hook(keep)
+    pg.model.model.norm.register_forward_hook(keep)
     pg.update(batch)
-    logits_grad = captured[0].grad.abs().sum(-1)  # (B, L): logits at t predict token t + 1
+    # The last hidden state at t is what predicts token t + 1 (only through the vocabulary projection at t).
+    hidden_grad = captured[0].grad.abs().sum(-1)  # (B, L)
     for b, s in enumerate(batch):
-        predicts_generated = torch.zeros(logits_grad.shape[1], dtype=torch.bool)
+        predicts_generated = torch.zeros(hidden_grad.shape[1], dtype=torch.bool)
         predicts_generated[: len(s.token_ids) - 1] = torch.tensor(s.gen_mask[1:])
-        assert torch.all(logits_grad[b, ~predicts_generated] == 0), f"prompt or padding of row {b} got gradient"
-        assert torch.all(logits_grad[b, predicts_generated] > 0), f"a generated token of row {b} got no gradient"
+        assert torch.all(hidden_grad[b, ~predicts_generated] == 0), f"prompt or padding of row {b} got gradient"
+        assert torch.all(hidden_grad[b, predicts_generated] > 0), f"a generated token of row {b} got no gradient"
 
 
 def test_values_at_masked_positions_change_nothing(model, tokenizer):
@@ -196,9 +197,9 @@ def test_second_epoch_gives_no_gradient_to_tokens_whose_ratio_left_the_clip_rang
         out.retain_grad()
         captured.append(out)
 
-    two.model.lm_head.register_forward_hook(keep)
+    two.model.model.norm.register_forward_hook(keep)
     stats = two.update([seq])
-    second_epoch = captured[-1].grad[0].abs().sum(-1)[gen - 1]  # logits at t - 1 predict token t
+    second_epoch = captured[-1].grad[0].abs().sum(-1)[gen - 1]  # the hidden state at t - 1 predicts token t
     assert torch.all(second_epoch[torch.tensor(clipped)] == 0)
     assert torch.all(second_epoch[torch.tensor(~clipped)] > 0)
     if clipped.all():
