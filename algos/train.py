@@ -63,12 +63,15 @@ def train(config: TrainConfig, log: Any = print) -> dict[str, Any]:
         state = payload["extra"]["state"]
         rng.bit_generator.state = payload["extra"]["rng"]
         agent.generator.set_state(payload["extra"]["agent_rng"])
+        if learner.ref_model is not None:  # (KL switched on at resume: anchor to the policy as it stands)
+            learner.ref_model.load_state_dict(payload["extra"].get("ref_model", payload["model"]))
         log(f"resumed from {checkpoint} at iteration {state['iteration']} ({state['phase']})")
 
     def save() -> None:
+        ref = {"ref_model": learner.ref_model.state_dict()} if learner.ref_model is not None else {}
         save_checkpoint(checkpoint, model, learner.optimizer, state["iteration"],
                         extra={"state": state, "rng": rng.bit_generator.state,
-                               "agent_rng": agent.generator.get_state(), "config": _jsonable(config)})
+                               "agent_rng": agent.generator.get_state(), "config": _jsonable(config), **ref})
 
     if state["phase"] == "warm_start":
         summary = state["summary"]
@@ -86,6 +89,8 @@ def train(config: TrainConfig, log: Any = print) -> dict[str, Any]:
             summary["demo_sessions"] = float(np.mean([d.num_sessions for d in demos]))
             log(f"warm start: {len(demos)} demonstrations ({summary['demo_sessions']:.2f} sessions each), "
                 f"loss {losses[0]:.3f} -> {losses[-1]:.3f} in {time.time() - started:.0f}s")
+        if learner.ref_model is not None:  # the KL anchors RL to the warm-started policy, not to the random init
+            learner.ref_model.load_state_dict(model.state_dict())
         summary["success_warm_start"] = evaluate(agent, eval_collector, env, config, "held-out (warm start)")
         log(f"held-out success: initial {summary['success_initial']['success']:.3f}, after warm start "
             f"{summary['success_warm_start']['success']:.3f}")
@@ -93,6 +98,10 @@ def train(config: TrainConfig, log: Any = print) -> dict[str, Any]:
         save()
 
     metrics_path = out / "metrics.jsonl"
+    # From the checkpoint's history: no lines of an earlier run in this folder, none twice after a kill.
+    metrics_path.write_text("".join(json.dumps(m) + "\n" for m in state["history"]))
+    if state["iteration"] < config.iterations:
+        state["summary"].pop("success_final", None)  # a finished run extended by resume: evaluate it again
     bar = tqdm(total=config.iterations, initial=state["iteration"], desc=f"RL ({config.algo})")
     while state["iteration"] < config.iterations:
         it = state["iteration"]
@@ -187,11 +196,19 @@ def budget_sampler(config: TrainConfig) -> Any:
 
 def evaluate(agent: LLMAgent, collector: Collector, env: gym.Env, config: TrainConfig, label: str
              ) -> dict[str, float]:
-    """Held-out success: ``eval_episodes`` runs of every test task, sampled as in training."""
+    """Held-out success: ``eval_episodes`` runs of every test task, sampled as in training.
+
+    The agent's sampling generator is left as it was, so evaluating changes nothing that training samples
+    (a finished run extended with ``resume`` continues as one that never stopped to evaluate).
+    """
     tasks = gym.make(config.env_id, **{**config.env_kwargs, "split": "test"}).unwrapped.tasks
     requests = [Request(seed=1_000_003 + k, options={"task_id": t.id})
                 for k, t in enumerate(tasks) for _ in range(config.eval_episodes)]
-    runs = collector.run(agent, requests, progress=label)
+    sampling = agent.generator.get_state()
+    try:
+        runs = collector.run(agent, requests, progress=label)
+    finally:
+        agent.generator.set_state(sampling)
     return {"success": float(np.mean([r.reward for r in runs])),
             "sessions": float(np.mean([r.num_sessions for r in runs])),
             "steps": float(np.mean([r.tree["steps_used"] for r in runs])), "episodes": len(runs)}

@@ -1,0 +1,151 @@
+"""``algos.train``: a tiny run of each algorithm writes its artifacts; a run killed (even mid-save) or extended
+resumes to exactly the parameters of an uninterrupted run; checkpoints are written atomically."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import matplotlib.image
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+import algos.train
+from algos.checkpoint import load_checkpoint, save_checkpoint
+from algos.config import PGConfig, TrainConfig
+from conftest import SITE_SIZE
+
+# Tiny everything: one-hop tasks, short page chunks (short contexts), a few demonstrations, tiny groups.
+ENV = {"site_size": SITE_SIZE, "hops": 1, "max_steps": 5, "candidates": True, "chunk_tokens": 96}
+
+
+def _config(out: Path, algo: str, iterations: int, **changes) -> TrainConfig:
+    config = TrainConfig(algo=algo, env_kwargs=dict(ENV), model="tiny-1m", bc_episodes=4, bc_epochs=1,
+                         bc_compact_at=None, iterations=iterations, tasks_per_iter=2, group_size=2, continuations=1,
+                         eval_episodes=1, num_envs=4, seed=3, out=str(out), pg=PGConfig(lr=1e-2, kl_coef=0.05))
+    return dataclasses.replace(config, **changes)
+
+
+def _quiet(*args) -> None:
+    pass
+
+
+def _metrics(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def _parameters(out: Path) -> dict[str, torch.Tensor]:
+    return torch.load(out / "checkpoint.pt", map_location="cpu", weights_only=False)["model"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def broadcast_run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("broadcast")
+    (out / "metrics.jsonl").write_text('{"iteration": 0, "from": "an older run in this folder"}\n' * 3)
+    algos.train.train(_config(out, "broadcast", iterations=2), log=_quiet)
+    return out
+
+
+@pytest.fixture(scope="module")
+def mosaic_run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("mosaic")
+    algos.train.train(_config(out, "mosaic", iterations=3), log=_quiet)
+    return out
+
+
+@pytest.mark.parametrize("run", ["broadcast_run", "mosaic_run"])
+def test_a_tiny_run_writes_metrics_summary_plot_and_checkpoint(request, run):
+    out: Path = request.getfixturevalue(run)
+    iterations = 2 if run == "broadcast_run" else 3
+    metrics = _metrics(out)
+    # One line per iteration of this run: nothing left over from an earlier run in the same folder.
+    assert [m["iteration"] for m in metrics] == list(range(iterations))
+    for m in metrics:
+        assert 0.0 <= m["success"] <= 1.0 and m["sessions"] >= 1.0 and m["tokens"] > 0
+    summary = json.loads((out / "summary.json").read_text())
+    for key in ("success_initial", "success_warm_start", "success_final"):
+        assert 0.0 <= summary[key]["success"] <= 1.0 and summary[key]["episodes"] > 0
+    assert summary["iterations"] == iterations
+    image = matplotlib.image.imread(out / "training.png")
+    assert (out / "training.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and image.shape[0] > 100
+    payload = torch.load(out / "checkpoint.pt", map_location="cpu", weights_only=False)
+    assert payload["step"] == iterations and payload["extra"]["state"]["phase"] == "rl"
+    assert len(payload["extra"]["state"]["history"]) == iterations
+    assert (out / "final" / "config.json").is_file()
+
+
+class _Crash(Exception):
+    """Stands for the process being killed."""
+
+
+def test_killed_mid_save_then_extended_runs_resume_to_the_uninterrupted_parameters(mosaic_run, tmp_path,
+                                                                                   monkeypatch):
+    out = tmp_path / "interrupted"
+    # 1. A finished run with the warm start only (its final evaluation samples too) ...
+    algos.train.train(_config(out, "mosaic", iterations=0), log=_quiet)
+    warm = torch.load(out / "checkpoint.pt", weights_only=False)
+    initial = AutoModelForCausalLM.from_pretrained(out / "model").state_dict()
+    # (the KL's reference is the warm-started policy, not the random initial model)
+    assert all(torch.equal(warm["extra"]["ref_model"][k], v) for k, v in warm["model"].items())
+    assert any(not torch.equal(initial[k], v) for k, v in warm["model"].items())
+    # 2. ... extended to 3 iterations with resume, killed while writing the checkpoint after the second: its
+    #    metrics line is written, its checkpoint is not (half a file, then the kill) ...
+    real_save, calls = torch.save, []
+
+    def save_then_die(obj, f, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            f.write(b"\x80\x02half a checkpoint")
+            raise _Crash
+        return real_save(obj, f, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", save_then_die)
+    with pytest.raises(_Crash):
+        algos.train.train(_config(out, "mosaic", iterations=3, resume=True), log=_quiet)
+    monkeypatch.setattr(torch, "save", real_save)
+    assert torch.load(out / "checkpoint.pt", weights_only=False)["step"] == 1  # the last good checkpoint
+    assert len(_metrics(out)) == 2
+    assert [p.name for p in out.iterdir() if p.name.endswith(".tmp")] == []
+    # 3. ... and resumed again to the end.
+    summary = algos.train.train(_config(out, "mosaic", iterations=3, resume=True), log=_quiet)
+
+    expected, got = _parameters(mosaic_run), _parameters(out)
+    different = [k for k in expected if not torch.equal(expected[k], got[k])]
+    assert not different, f"resumed parameters differ from the uninterrupted run's in {different[:3]}"
+    assert _metrics(out) == _metrics(mosaic_run)
+    uninterrupted = json.loads((mosaic_run / "summary.json").read_text())
+    assert summary["success_final"] == uninterrupted["success_final"]
+
+
+def test_checkpoint_survives_a_crash_while_it_is_being_replaced(tmp_path, monkeypatch):
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.AdamW(model.parameters())
+    path = tmp_path / "checkpoint.pt"
+    save_checkpoint(path, model, optimizer, step=1, extra={"note": "good"})
+    good = {k: v.clone() for k, v in model.state_dict().items()}
+    with torch.no_grad():
+        model.weight.add_(1.0)
+
+    def partial_save(obj, f, *args, **kwargs):
+        f.write(b"\x80\x02PK half written")
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(torch, "save", partial_save)
+    with pytest.raises(OSError):
+        save_checkpoint(path, model, optimizer, step=2)
+    monkeypatch.undo()
+    fresh = torch.nn.Linear(3, 2)
+    payload = load_checkpoint(path, fresh, torch.optim.AdamW(fresh.parameters()))
+    assert payload["step"] == 1 and payload["extra"] == {"note": "good"}
+    assert all(torch.equal(fresh.state_dict()[k], good[k]) for k in good)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.pt"]  # no temporary file left behind
