@@ -1,16 +1,21 @@
-"""What every benchmark reports beside its numbers: the machine it ran on.
+"""What the benchmarks share: the machine they ran on, summary figures, a recorder of the pages an env shows,
+and JSON output.
 
 Example:
     >>> info = machine(["numpy"])
     >>> sorted(info)
     ['cpus', 'load_average_1min', 'packages', 'platform', 'processor', 'python']
+    >>> figure("env steps/s", 18000.0, "steps/s", "bare renders", 1200.0)["ratio"]
+    15.0
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import platform
+from pathlib import Path
 from typing import Any, Sequence
 
 
@@ -31,3 +36,43 @@ def machine(packages: Sequence[str]) -> dict[str, Any]:
         "python": platform.python_version(),
         "packages": versions,
     }
+
+
+def torch_machine() -> dict[str, Any]:
+    """What torch runs on: its CPU threads and the CUDA device, if any (imports torch)."""
+    import torch
+
+    return {
+        "torch_threads": torch.get_num_threads(),
+        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+    }
+
+
+def figure(name: str, value: float, unit: str, baseline: str | None = None, baseline_value: float | None = None,
+           baseline_unit: str | None = None) -> dict[str, Any]:
+    """One row of a summary: a measured ``value`` beside its bare ``baseline`` (what the same work costs with
+    nothing of ours around it, measured in the same run) and ``ratio`` = value / baseline value."""
+    ratio = round(value / baseline_value, 4) if baseline_value else None
+    return {"name": name, "value": value, "unit": unit, "baseline": baseline, "baseline_value": baseline_value,
+            "baseline_unit": baseline_unit or unit if baseline else None, "ratio": ratio}
+
+
+class Recorder:
+    """Wraps a backend's ``view`` to remember which urls a step showed."""
+
+    def __init__(self, backend: Any):
+        self.urls: list[str] = []
+        self._view = backend.view
+        backend.view = self.view
+
+    def view(self, url: str) -> Any:
+        self.urls.append(url)
+        return self._view(url)
+
+
+def emit(result: dict[str, Any], out: Path | None) -> None:
+    """Print ``result`` as JSON, and write it to ``out`` too when given."""
+    text = json.dumps(result, indent=2)
+    print(text)
+    if out is not None:
+        out.write_text(text + "\n")
