@@ -21,7 +21,6 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -34,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import gymnasium as gym  # noqa: E402
 
 import envs  # noqa: E402, F401  (registers the environments)
-from bench.common import machine  # noqa: E402
+from bench.common import Recorder, emit, figure, machine  # noqa: E402
 from envs.actions import format_action  # noqa: E402
 from envs.playwright_backend import ORIGIN, PlaywrightBackend, child_processes  # noqa: E402
 from envs.web.site import Task  # noqa: E402
@@ -62,19 +61,6 @@ def script(task: Task) -> list[str]:
         format_action("open", 2),
         format_action("answer", "I do not know"),
     ]
-
-
-class Recorder:
-    """Wraps a backend's ``view`` to remember which urls a step showed."""
-
-    def __init__(self, backend: Any):
-        self.urls: list[str] = []
-        self._view = backend.view
-        backend.view = self.view
-
-    def view(self, url: str) -> Any:
-        self.urls.append(url)
-        return self._view(url)
 
 
 def make_env(args: argparse.Namespace, backend: str) -> gym.Env:
@@ -217,7 +203,7 @@ def mib(size: float) -> float:
     return round(size / MIB, 1)
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--site", default="builtin", help="'builtin' or a corpus folder")
     parser.add_argument("--site-size", type=int, default=None, help="builtin entities (default 500; quick 150)")
@@ -231,7 +217,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args.envs = args.envs or (3 if args.quick else 5)
     if args.envs < 2:
         parser.error("--envs must be at least 2: memory per extra env compares 1 env with N")
+    return args
 
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """The whole benchmark, as ``args`` (from :func:`parse_args`) set it, as one JSON-ready dict."""
     machine_before = machine(PACKAGES)
     text = step_times(args, "text")
     # The bare context lives in the same browser as the env, which a held-open backend keeps running.
@@ -245,7 +235,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     playwright["ratio_to_bare_set_content"] = round(
         playwright["page_step_median_ms"] / playwright["bare_set_content_median_ms"], 2)
     playwright["target_ratio"] = TARGET_RATIO
-    result = {
+    return {
         "bench": "playwright_backend",
         "machine": {**machine_before, "load_average_1min_after": round(os.getloadavg()[0], 2)},
         "config": {"env_id": ENV_ID, "site": args.site, "site_size": args.site_size, "steps": args.steps,
@@ -254,10 +244,32 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "playwright": playwright,
         "memory": memory_per_env(args),
     }
-    text_out = json.dumps(result, indent=2)
-    print(text_out)
-    if args.out:
-        args.out.write_text(text_out + "\n")
+
+
+def run(quick: bool = False) -> dict[str, Any]:
+    """The benchmark with its default settings (``quick``: a smaller site, fewer steps and envs)."""
+    return measure(parse_args(["--quick"] if quick else []))
+
+
+def figures(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The summary rows: page-step latency beside a bare browser's, steps/s beside the text backend's, memory."""
+    pw, memory = result["playwright"], result["memory"]
+    return [
+        figure("Playwright env step that shows a page, median", pw["page_step_median_ms"], "ms",
+               "bare page.goto of the same HTML, same browser", pw["bare_goto_median_ms"]),
+        figure("Playwright env step that shows a page, median", pw["page_step_median_ms"], "ms",
+               "bare page.set_content of the same HTML", pw["bare_set_content_median_ms"]),
+        figure("Playwright env steps/s (scripted episodes)", pw["steps_per_s"], "steps/s",
+               "text backend, same script", result["text"]["steps_per_s"]),
+        figure(f"memory per extra env (USS, {memory['envs']} envs)", memory["uss_per_extra_env_mib"], "MiB",
+               "the first env, browser included (USS)", memory["uss_1_env_mib"]),
+    ]
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    result = measure(args)
+    emit(result, args.out)
     return result
 
 

@@ -16,10 +16,6 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
-import json
-import os
-import platform
 import re
 import sys
 import time
@@ -34,22 +30,11 @@ import torch  # noqa: E402
 import envs  # noqa: E402, F401  (registers the environments)
 from agents.llm import LLMAgent  # noqa: E402
 from agents.models import load_model  # noqa: E402
+from bench.common import emit, figure, machine, torch_machine  # noqa: E402
 from envs.actions import format_action  # noqa: E402
 
 ENV_ID = "mosaic/WebQA-v0"
 PACKAGES = ("torch", "transformers", "tokenizers", "gymnasium")
-
-
-def machine() -> dict[str, Any]:
-    return {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpus": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-        "python": platform.python_version(),
-        "packages": {name: importlib.metadata.version(name) for name in PACKAGES},
-    }
 
 
 def make_envs(batch: int, tokenizer: Any, long_tokens: int) -> list[gym.Env]:
@@ -176,7 +161,7 @@ def bench_context(
     return result
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="tiny-1m, batch 4, 3 steps, 16 new tokens")
     parser.add_argument("--model", help="a load_model spec: tiny-1m|tiny-3m|tiny-10m|smollm2|folder (default tiny-3m)")
@@ -193,15 +178,20 @@ def main(argv: list[str] | None = None) -> int:
     for key, value in (quick if args.quick else full).items():
         if getattr(args, key) is None:
             setattr(args, key, value)
+    return args
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """The whole benchmark, as ``args`` (from :func:`parse_args`) set it, as one JSON-ready dict."""
     if args.threads:
         torch.set_num_threads(args.threads)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model, tokenizer = load_model(args.model)
     model = model.to(device)
-    result = {
+    return {
         "bench": "rollout",
         "quick": args.quick,
-        "machine": machine(),
+        "machine": {**machine(PACKAGES), **torch_machine()},
         "env": ENV_ID,
         "model": args.model,
         "parameters": model.num_parameters(),
@@ -211,10 +201,26 @@ def main(argv: list[str] | None = None) -> int:
         "contexts": [bench_context(model, tokenizer, args, None),
                      bench_context(model, tokenizer, args, args.long_tokens)],
     }
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
+
+
+def run(quick: bool = False) -> dict[str, Any]:
+    """The benchmark with its default settings (``quick``: tiny-1m, batch 4, fewer steps and tokens)."""
+    return measure(parse_args(["--quick"] if quick else []))
+
+
+def figures(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The summary rows: rollout tokens/s beside bare ``model.generate`` on the same prompts, per context."""
+    return [
+        figure(f"LLMAgent rollout, {c['context']} context ({c['agent']['mean_prompt_tokens']} prompt tokens, "
+               f"batch {c['batch']})", c["agent"]["tokens_per_s"], "tokens/s",
+               "bare model.generate on the same prompts", c["generate"]["tokens_per_s"])
+        for c in result["contexts"]
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    emit(measure(args), args.out)
     return 0
 
 

@@ -14,7 +14,6 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -22,7 +21,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import machine  # noqa: E402
+from bench.common import emit, figure, machine  # noqa: E402
 from envs.web.browser import html_to_view  # noqa: E402
 from envs.web.builtin import BuiltinSite  # noqa: E402
 from envs.web.search import SearchIndex  # noqa: E402
@@ -94,23 +93,38 @@ def bench_size(size: int, seed: int, queries: int, pages: int) -> dict[str, Any]
     }
 
 
+def run(quick: bool = False, seed: int = 0) -> dict[str, Any]:
+    """The whole benchmark as one JSON-ready dict (``quick``: small sites, fewer queries and pages)."""
+    sizes, queries, pages = ((300, 1000), 200, 200) if quick else ((2000, 10000), 1000, 1000)
+    return {
+        "bench": "site",
+        "quick": quick,
+        "machine": machine(PACKAGES),
+        "sites": [bench_size(size, seed, queries, pages) for size in sizes],
+    }
+
+
+def figures(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The summary rows for the largest site: generation and index seconds, search and render rates."""
+    site = result["sites"][-1]
+    size, search, render = site["size"], site["search"], site["render"]
+    return [
+        figure(f"generate the builtin site ({size} entities)", site["generate_s"], "s"),
+        figure(f"build its search index ({site['pages']} pages)", site["index_build_s"], "s"),
+        figure("search, first time a query is asked", search["cold_per_s"], "queries/s",
+               "the same queries again (cached)", search["cached_per_s"]),
+        figure("site.render + html_to_view, pages not rendered before", render["both_per_s"], "pages/s",
+               "html_to_view alone on the same HTML", render["html_to_view_per_s"]),
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sites, fewer queries and pages")
     parser.add_argument("--seed", type=int, default=0, help="builtin site seed")
     parser.add_argument("--out", type=Path, help="also write the JSON here")
     args = parser.parse_args(argv)
-    sizes, queries, pages = ((300, 1000), 200, 200) if args.quick else ((2000, 10000), 1000, 1000)
-    result = {
-        "bench": "site",
-        "quick": args.quick,
-        "machine": machine(PACKAGES),
-        "sites": [bench_size(size, args.seed, queries, pages) for size in sizes],
-    }
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
+    emit(run(args.quick, args.seed), args.out)
     return 0
 
 
