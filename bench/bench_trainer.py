@@ -1,0 +1,188 @@
+"""Benchmark the learner: tokens a second through ``PolicyGradient.update`` on packed session sequences, beside
+a bare forward and backward of the same model on the same tokens.
+
+The sequences are real ones: the oracle plays WebQA episodes (compacting and forking) while an ``LLMAgent``
+records, by teacher forcing, the exact tokens it conditions on and emits and their log-probs; each session is
+packed into its training sequence (``session_sequences``) and gets an advantage of +1 or -1. Then, interleaved
+and ``repeat`` times after an untimed warm-up (fastest counts):
+
+- ``update``: ``PolicyGradient.update(sequences)``: micro-batches, log-probs of the generated tokens (logits only
+  where they are predicted), the clipped surrogate, backward, gradient clipping and an AdamW step;
+- ``bare``: over the same micro-batches (same padding), ``model(input_ids, attention_mask)``, the mean
+  next-token cross-entropy over every real token, and backward: the least work a training step on these
+  tokens does.
+
+Tokens a second count the sequences' real tokens (prompts and generated, no padding); ``ratio`` is update
+tokens/s over bare tokens/s. Prints one JSON object (and writes it to ``--out``).
+
+Usage:
+    python bench/bench_trainer.py                   # tiny-3m, 4 episodes of any difficulty
+    python bench/bench_trainer.py --quick           # tiny-1m, 4 one-hop episodes (one session each)
+    python bench/bench_trainer.py --model tiny-10m --episodes 32 --threads 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import gymnasium as gym  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import envs  # noqa: E402, F401  (registers the environments)
+from agents import OracleAgent  # noqa: E402
+from agents.llm import LLMAgent  # noqa: E402
+from agents.models import load_model  # noqa: E402
+from algos.bc import TeacherForcing  # noqa: E402
+from algos.config import PGConfig  # noqa: E402
+from algos.pg import PolicyGradient, micro_batches  # noqa: E402
+from algos.rollout import Collector, Request, TrainSequence, session_sequences  # noqa: E402
+from bench.common import emit, figure, machine, torch_machine  # noqa: E402
+
+ENV_ID = "mosaic/WebQA-v0"
+PACKAGES = ("torch", "transformers", "tokenizers", "gymnasium")
+
+
+def sequences_from_oracle(model: Any, tokenizer: Any, args: argparse.Namespace, device: str) -> list[TrainSequence]:
+    """Every session of ``args.episodes`` teacher-forced oracle episodes as a training sequence, advantages +1/-1."""
+    kwargs = {"site_size": args.site_size, "session_max_tokens": args.window}
+    if args.hops is not None:
+        kwargs["hops"] = args.hops
+    make_env = lambda: gym.make(ENV_ID, **kwargs)  # noqa: E731
+    oracle = OracleAgent(make_env(), compact_at=0.5, fork=True)
+    forced = TeacherForcing(oracle, LLMAgent(model, tokenizer, device=device))
+    requests = [Request(seed=s, options={}) for s in range(args.episodes)]
+    trajectories = Collector(make_env, num_envs=4).run(forced, requests)
+    sequences = []
+    for k, trajectory in enumerate(trajectories):
+        for session in session_sequences(trajectory).values():
+            for sequence in session:
+                sequence.advantage = 1.0 if k % 2 == 0 else -1.0
+                sequences.append(sequence)
+    return sequences
+
+
+def bare_forward_backward(model: torch.nn.Module, batches: Sequence[list[TrainSequence]], device: torch.device
+                          ) -> None:
+    """Forward, mean next-token cross-entropy over every real token, and backward, one micro-batch at a time."""
+    model.train()
+    model.zero_grad(set_to_none=True)
+    total = sum(len(s.token_ids) - 1 for batch in batches for s in batch)
+    for batch in batches:
+        length = max(len(s.token_ids) for s in batch)
+        ids = torch.zeros((len(batch), length), dtype=torch.long)
+        attn = torch.zeros_like(ids)
+        for b, s in enumerate(batch):
+            ids[b, : len(s.token_ids)] = torch.tensor(s.token_ids)
+            attn[b, : len(s.token_ids)] = 1
+        ids, attn = ids.to(device), attn.to(device)
+        logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()
+        losses = F.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten(), reduction="none")
+        loss = (losses * attn[:, 1:].flatten()).sum() / total
+        loss.backward()
+    model.eval()
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="tiny-1m, 4 one-hop episodes, 1 repeat")
+    parser.add_argument("--model", help="a load_model spec: tiny-1m|tiny-3m|tiny-10m|smollm2|folder (default tiny-3m)")
+    parser.add_argument("--episodes", type=int, help="teacher-forced oracle episodes (default 4)")
+    parser.add_argument("--window", type=int, default=4096, help="the env's session_max_tokens: how long sessions get")
+    parser.add_argument("--hops", type=int, help="only tasks of this many hops (default: every task; quick: 1)")
+    parser.add_argument("--site-size", type=int, default=300, help="builtin site entities")
+    parser.add_argument("--repeat", type=int, help="timed passes of each, after a warm-up (default 2)")
+    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--out", type=Path, help="also write the JSON here")
+    args = parser.parse_args(argv)
+    if args.repeat is not None and args.repeat < 1:
+        parser.error("--repeat must be at least 1")
+    quick = dict(model="tiny-1m", episodes=4, hops=1, repeat=1)
+    full = dict(model="tiny-3m", episodes=4, repeat=2)
+    defaults = quick if args.quick else full
+    for key, value in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    return args
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """The whole benchmark, as ``args`` (from :func:`parse_args`) set it, as one JSON-ready dict."""
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model, tokenizer = load_model(args.model)
+    model = model.to(device)
+    sequences = sequences_from_oracle(model, tokenizer, args, device)
+    config = PGConfig(device=device)
+    learner = PolicyGradient(model, config)
+    batches = list(micro_batches(sequences, config.micro_batch_tokens))
+    update_s = bare_s = float("inf")
+    for attempt in range(args.repeat + 1):
+        synchronize(learner.device)
+        start = time.perf_counter()
+        learner.update(sequences)
+        synchronize(learner.device)
+        middle = time.perf_counter()
+        bare_forward_backward(model, batches, learner.device)
+        synchronize(learner.device)
+        end = time.perf_counter()
+        if attempt > 0:  # the first pass of each warms up (allocations, kernels) and does not count
+            update_s, bare_s = min(update_s, middle - start), min(bare_s, end - middle)
+    tokens = sum(len(s.token_ids) for s in sequences)
+    return {
+        "bench": "trainer",
+        "quick": args.quick,
+        "machine": {**machine(PACKAGES), **torch_machine()},
+        "env": ENV_ID,
+        "model": args.model,
+        "parameters": model.num_parameters(),
+        "device": device,
+        "episodes": args.episodes,
+        "window": args.window,
+        "hops": args.hops,
+        "sequences": len(sequences),
+        "micro_batches": len(batches),
+        "tokens": tokens,
+        "generated_tokens": sum(s.num_generated for s in sequences),
+        "padded_tokens": sum(len(b) * max(len(s.token_ids) for s in b) for b in batches),
+        "longest_sequence": max(len(s.token_ids) for s in sequences),
+        "update_s": round(update_s, 4),
+        "bare_s": round(bare_s, 4),
+        "update_tokens_per_s": round(tokens / update_s, 1),
+        "bare_tokens_per_s": round(tokens / bare_s, 1),
+        "ratio": round(bare_s / update_s, 3),
+    }
+
+
+def run(quick: bool = False) -> dict[str, Any]:
+    """The benchmark with its default settings (``quick``: tiny-1m, fewer episodes and repeats)."""
+    return measure(parse_args(["--quick"] if quick else []))
+
+
+def figures(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The summary row: update tokens/s beside a bare forward and backward on the same tokens."""
+    return [figure(f"PolicyGradient.update, {result['model']} ({result['sequences']} session sequences)",
+                   result["update_tokens_per_s"], "tokens/s", "bare forward + backward, same tokens",
+                   result["bare_tokens_per_s"])]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    emit(measure(args), args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
