@@ -1,0 +1,81 @@
+"""``mosaic bench``: run the benchmarks, print one table, write ``bench.json`` and the plots.
+
+The benchmarks live in the repository's ``bench/`` folder, beside the packages: this command finds it next to
+the installed ``algos`` package, which is where an editable install (``bash scripts/setup.sh``) of a clone
+leaves it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from pathlib import Path
+from types import ModuleType
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+DESCRIPTION = """\
+Run the benchmarks and print one table: every figure beside its bare baseline (the same work with nothing of
+ours around it, measured in the same run) and the ratio of the two. OUT/bench.json holds the machine, the
+package versions, every benchmark's full report and the table's rows; OUT/env_scaling.png plots env steps/s
+against site size and per-step cost against context length.
+
+  site        builtin site generation, search and page renders
+  env         env steps/s on the text backend beside the bare page-render rate
+  playwright  Playwright backend step latency beside a bare browser's, and memory per env
+  rollout     LLMAgent rollout tokens/s beside bare model.generate on the same prompts
+  trainer     PolicyGradient.update tokens/s beside a bare forward + backward on the same tokens
+
+Each also runs alone, with more options: python bench/bench_<name>.py --help
+"""
+
+EXAMPLES = """examples:
+  mosaic bench --quick                      # about two minutes on two cores
+  mosaic bench --out bench-results          # the full run
+  mosaic bench --only env,trainer --threads 2
+"""
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "bench",
+        help="run the benchmarks: a table of figures beside their bare baselines, JSON and plots",
+        description=DESCRIPTION,
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--quick", action="store_true", help="small settings: about two minutes on two cores")
+    p.add_argument("--only", type=lambda text: [n.strip() for n in text.split(",") if n.strip()], default=None,
+                   metavar="NAME,...", help="run only these benchmarks, e.g. env,trainer (default: all)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads for rollout and trainer (default: 1 with --quick, else torch's choice)")
+    p.add_argument("--out", type=Path, default=Path("bench-results"), metavar="DIR",
+                   help="folder for bench.json and the PNG plot (default: bench-results)")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.set_defaults(run=run)
+
+
+def load_suite() -> ModuleType:
+    """``bench.suite`` from the repository this package was installed from."""
+    if not (REPO_ROOT / "bench" / "suite.py").is_file():
+        raise FileNotFoundError(
+            f"the benchmarks are not installed with the package, and {REPO_ROOT / 'bench'} does not hold them: "
+            "clone the repository and install it in place (bash scripts/setup.sh), then run mosaic bench there")
+    if str(REPO_ROOT) not in sys.path:
+        sys.path.insert(0, str(REPO_ROOT))
+    return importlib.import_module("bench.suite")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        suite = load_suite()
+        suite.select(args.only)
+    except (FileNotFoundError, ValueError) as err:
+        print(f"mosaic bench: {err}", file=sys.stderr)
+        return 2
+    result = suite.run_suite(quick=args.quick, only=args.only, threads=args.threads, out=args.out,
+                             progress=not args.no_progress)
+    print(suite.summary(result))
+    print("wrote " + ", ".join(result["files"]))
+    return 1 if result["errors"] else 0

@@ -1,0 +1,136 @@
+"""Run every benchmark in one process, print one table, write ``bench.json`` and the plots.
+
+Each benchmark module here offers ``run(quick) -> dict`` (its whole JSON report) and ``figures(result)`` (its
+summary rows: a measured value beside its bare baseline, measured in the same run, and their ratio), and still
+runs alone as ``python bench/bench_<name>.py``. This module only runs them in turn and puts their reports and
+rows together; ``mosaic bench`` is its command line (``python bench/suite.py`` is the same command).
+
+Example:
+    >>> from bench.common import figure
+    >>> rows = [{"bench": "env", **figure("env steps/s", 18000.0, "steps/s", "bare renders", 1200.0, "pages/s")}]
+    >>> print(table(rows))
+    | benchmark | figure | value | bare baseline | baseline value | ratio |
+    |---|---|---|---|---|---|
+    | env | env steps/s | 18,000 steps/s | bare renders | 1,200 pages/s | 15 |
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import machine  # noqa: E402
+
+# In the order they run: each is the module bench/bench_<name>.py (``mosaic bench --help`` says what each measures).
+BENCHMARKS = ("site", "env", "playwright", "rollout", "trainer")
+TORCH_BENCHMARKS = ("rollout", "trainer")
+PACKAGES = ("gymnasium", "numpy", "lxml", "bm25s", "playwright", "torch", "transformers", "tokenizers",
+            "matplotlib")
+
+
+def select(only: Sequence[str] | None) -> list[str]:
+    """The benchmarks to run, in the suite's order; a clear error for an unknown name."""
+    if not only:
+        return list(BENCHMARKS)
+    unknown = [name for name in only if name not in BENCHMARKS]
+    if unknown:
+        raise ValueError(f"unknown benchmark {', '.join(unknown)}: choose among {', '.join(BENCHMARKS)}")
+    return [name for name in BENCHMARKS if name in only]
+
+
+def run_suite(quick: bool = False, only: Sequence[str] | None = None, threads: int | None = None,
+              out: Path | None = None, progress: bool = True) -> dict[str, Any]:
+    """Run the chosen benchmarks; with ``out``, write ``out/bench.json`` and the env benchmark's scaling plot.
+
+    Args:
+        quick: every benchmark's small settings (about two minutes in all on two cores).
+        only: names from :data:`BENCHMARKS` (default: all of them).
+        threads: torch CPU threads for the model benchmarks (default: 1 when ``quick``, else torch's choice).
+        out: the folder for the results (created if missing).
+        progress: a progress bar on stderr.
+
+    Returns:
+        ``{"machine", "quick", "seconds", "figures", "benchmarks", "errors", "files"}``: every benchmark's
+        report under its name, and the summary rows of all of them (each tagged with its ``bench``). A
+        benchmark that fails leaves its error under ``errors`` and the others still run.
+    """
+    from tqdm.auto import tqdm
+
+    names = select(only)
+    threads = threads or (1 if quick else None)
+    if threads and any(name in TORCH_BENCHMARKS for name in names):
+        # Two threads on two shared cores fight other work; one keeps short runs steady.
+        import torch
+
+        torch.set_num_threads(threads)
+    result: dict[str, Any] = {"bench": "suite", "quick": quick, "machine": machine(PACKAGES), "seconds": {},
+                              "figures": [], "benchmarks": {}, "errors": {}, "files": []}
+    if any(name in TORCH_BENCHMARKS for name in names):
+        from bench.common import torch_machine
+
+        result["machine"].update(torch_machine())
+    bar = tqdm(names, desc="bench", unit="benchmark", disable=not progress, file=sys.stderr)
+    for name in bar:
+        bar.set_postfix_str(name)
+        module = importlib.import_module(f"bench.bench_{name}")
+        start = time.perf_counter()
+        try:
+            report = module.run(quick)
+        except Exception as err:  # one broken benchmark (say, no Chromium) must not lose the others' results
+            result["errors"][name] = f"{type(err).__name__}: {err}"
+            continue
+        finally:
+            result["seconds"][name] = round(time.perf_counter() - start, 1)
+        result["benchmarks"][name] = report
+        result["figures"] += [{"bench": name, **row} for row in module.figures(report)]
+    bar.close()
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        if "env" in result["benchmarks"]:
+            from bench.bench_env import plot
+
+            result["files"].append(str(plot(result["benchmarks"]["env"], out / "env_scaling.png")))
+        result["files"].insert(0, str(out / "bench.json"))
+        (out / "bench.json").write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+def table(rows: Sequence[dict[str, Any]]) -> str:
+    """The summary rows as a Markdown table."""
+    lines = ["| benchmark | figure | value | bare baseline | baseline value | ratio |", "|---|---|---|---|---|---|"]
+    for row in rows:
+        baseline = "-" if row["baseline_value"] is None else f"{number(row['baseline_value'])} {row['baseline_unit']}"
+        ratio = "-" if row["ratio"] is None else number(row["ratio"])
+        lines.append(f"| {row['bench']} | {row['name']} | {number(row['value'])} {row['unit']} | "
+                     f"{row['baseline'] or '-'} | {baseline} | {ratio} |")
+    return "\n".join(lines)
+
+
+def number(value: float) -> str:
+    """Three significant figures, thousands separated: 18,203 -> "18,200"; 0.0123 -> "0.0123"."""
+    if abs(value) >= 100:
+        return f"{float(f'{value:.3g}'):,.0f}"
+    return f"{value:.3g}"
+
+
+def summary(result: dict[str, Any]) -> str:
+    """The machine in one line, the table, and any errors."""
+    m = result["machine"]
+    torch = f", torch {m['packages']['torch']} on {m['torch_threads']} thread(s)" if "torch_threads" in m else ""
+    took = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in result["seconds"].items())
+    head = (f"{m['platform']}, {m['cpus']} CPUs (load {m['load_average_1min']}), Python {m['python']}{torch}\n"
+            f"{'quick' if result['quick'] else 'full'} run: {took}")
+    errors = "".join(f"\n{name} failed: {error}" for name, error in result["errors"].items())
+    return f"{head}\n\n{table(result['figures'])}{errors}"
+
+
+if __name__ == "__main__":
+    from algos.cli import main
+
+    sys.exit(main(["bench", *sys.argv[1:]]))

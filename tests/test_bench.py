@@ -1,0 +1,48 @@
+"""``mosaic bench``: the quick run measures every benchmark and writes well-formed results.
+
+Speeds depend on the machine and on whatever else runs on it, so nothing here asserts one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+from algos.cli import main
+
+BENCHMARKS = {"site", "env", "playwright", "rollout", "trainer"}
+ROW_KEYS = {"bench", "name", "value", "unit", "baseline", "baseline_value", "baseline_unit", "ratio"}
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def test_quick_bench_reports_every_benchmark_beside_its_baseline(tmp_path, capsys):
+    assert main(["bench", "--quick", "--out", str(tmp_path), "--no-progress"]) == 0
+    result = json.loads((tmp_path / "bench.json").read_text())
+
+    assert result["quick"] is True and result["errors"] == {}
+    assert set(result["benchmarks"]) == BENCHMARKS == set(result["seconds"])
+    machine = result["machine"]
+    assert machine["cpus"] >= 1 and machine["torch_threads"] == 1
+    assert all(machine["packages"][name] for name in ("gymnasium", "torch", "transformers", "playwright"))
+
+    rows = result["figures"]
+    assert {row["bench"] for row in rows} == BENCHMARKS
+    for row in rows:
+        assert set(row) == ROW_KEYS, row
+        assert isinstance(row["value"], (int, float)) and math.isfinite(row["value"]), row
+        if row["baseline_value"] is not None:
+            assert row["ratio"] == round(row["value"] / row["baseline_value"], 4), row
+    env = result["benchmarks"]["env"]
+    assert [site["size"] for site in env["sites"]] == [300, 1000]
+    levels = [level["context_tokens"] for level in env["context"]["levels"]]
+    assert levels == sorted(levels) and levels[-1] > env["config"]["window"] // 2
+
+    assert (tmp_path / "env_scaling.png").read_bytes()[:8] == PNG_MAGIC
+    printed = capsys.readouterr().out
+    assert "| benchmark | figure | value | bare baseline | baseline value | ratio |" in printed
+    assert printed.count("\n| ") == 1 + len(rows)  # the header, then one line per figure
+
+
+def test_unknown_benchmark_is_refused_naming_the_choices(capsys):
+    assert main(["bench", "--only", "env,gpu"]) == 2
+    assert "unknown benchmark gpu: choose among site, env, playwright, rollout, trainer" in capsys.readouterr().err
