@@ -14,6 +14,10 @@ Two critic-free estimators of V:
 - ``"likelihood"``: the policy's log-probability of the gold ``answer(...)`` action given the context
   (IGPO-style; no extra rollouts). Here the chain's ends are contexts too (the session's first prompt,
   the next session's first prompt or, for the last, its final context; the parent's prompts around a fork).
+
+A session that begins on the episode's last step never acts: V at its start is the final reward (rollout),
+and the session before it is scored at its own final context (likelihood), so the credit stays with the
+session that did the work.
 """
 
 from __future__ import annotations
@@ -96,8 +100,11 @@ def likelihood_contributions(group: Sequence[Trajectory], model: torch.nn.Module
                 contexts[0], contexts[-1] = _around_fork(t, chain[0])
             scores = [logp(c) for c in contexts]
             for k, sid in enumerate(chain):
-                if scores[k] is not None and scores[k + 1] is not None:
-                    d[sid] = scores[k + 1] - scores[k]
+                after = scores[k + 1]
+                if after is None:  # what follows never acted (a handoff on the last step): this session's end
+                    after = logp(_final_context(t, sid))
+                if scores[k] is not None and after is not None:
+                    d[sid] = after - scores[k]
         out.append(d)
     return out
 
@@ -114,9 +121,11 @@ def _chain_contributions(t: Trajectory, value: Callable[[str, int], float | None
             end = t.reward if end is None else end
         else:
             start, end = mean_reward, t.reward
+        # No snapshot at a session's start: the episode ended as it began (a handoff on the last step), so V
+        # there is the final reward, and the session that never acted gets no credit.
         inner = [value("session_start", sid) for sid in chain[1:]]
-        inner = [v if v is not None else np.nan for v in inner]
-        contrib = adv.compaction_chain_contributions(np.nan_to_num(inner, nan=start), group_mean=start, reward=end)
+        inner = [t.reward if v is None else v for v in inner]
+        contrib = adv.compaction_chain_contributions(inner, group_mean=start, reward=end)
         d[chain] = contrib
     return d
 

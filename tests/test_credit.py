@@ -67,12 +67,21 @@ def task():
     return _make_env().unwrapped.tasks[0]
 
 
-def _run(agent: Agent, task, record_snapshots: bool = True, student: LLMAgent | None = None) -> Trajectory:
+def _run(agent: Agent, task, record_snapshots: bool = True, student: LLMAgent | None = None,
+         budget: int = BUDGET) -> Trajectory:
     if student is not None:
         agent = TeacherForcing(agent, student)
-    (trajectory,) = Collector(_make_env, 1).run(agent, [Request(seed=0, options={"task_id": task.id})],
-                                                record_snapshots=record_snapshots)
+    request = Request(seed=0, options={"task_id": task.id, "max_steps": budget})
+    (trajectory,) = Collector(_make_env, 1).run(agent, [request], record_snapshots=record_snapshots)
     return trajectory
+
+
+def _cut(task, student: LLMAgent | None = None) -> Trajectory:
+    """Searches, reads the fact and compacts on its last step (budget 3): the new session never acts. R = 0"""
+    t = _run(OracleAgent(_make_env(), compact_at=0.2), task, student=student, budget=3)
+    assert [(s["kind"], s["steps"]) for s in t.tree["sessions"]] == [("root", 3), ("compact", 0)]
+    assert t.reward == 0.0 and task.answer in t.tree["sessions"][0]["handoff"]
+    return t
 
 
 def _group(task, student: LLMAgent | None = None) -> dict[str, Trajectory]:
@@ -158,6 +167,14 @@ def test_rollout_contributions_are_value_differences_at_each_boundary(group, rol
         assert rollout_d[name][root_chain].sum() == pytest.approx(t.reward - m)  # they telescope
 
 
+def test_a_session_cut_off_by_the_budget_keeps_its_own_credit(group, task):
+    # The episode ended with the compaction, so V at the new session's start is the final reward: the session
+    # that acted carries the trajectory's whole R - mean, and the one that never acted gets nothing.
+    runs = [group["useful"], _cut(task)]
+    d = rollout_contributions(runs, Collector(_make_env, 2), AnswerIfSeen(_make_env()), continuations=1, seed=0)
+    assert d[1] == pytest.approx([0.0 - 0.5, 0.0])
+
+
 def test_mosaic_advantage_ranks_the_useful_session_above_the_useless_one(group, rollout_d):
     runs = list(group.values())
     rows = np.concatenate([np.full(t.num_sessions, i) for i, t in enumerate(runs)])
@@ -228,6 +245,13 @@ def test_likelihood_credit_goes_to_sessions_that_bring_the_answer_into_context(t
     assert abs(d["useless"][0]) < 1.0  # compacting with "Nothing found yet." moved nothing
     assert d["fork"][1] > 1.0  # the subagent's result brought the answer to its parent
     assert abs(d["fail"][0]) < 1.0  # answering without looking brought nothing
+
+
+def test_likelihood_credit_of_a_session_cut_off_by_the_budget_is_measured_at_its_own_end(task, student):
+    # The next session never acted (no prompt of it was seen), so "after" is this session's final context.
+    cut = _cut(task, student=student)
+    (d,) = likelihood_contributions([cut], CopyModel(len(student.tokenizer)), student.encode_action, task.answer)
+    assert d[0] > 1.0 and d[1] == 0.0
 
 
 def test_likelihood_contributions_are_log_prob_differences_between_the_handoff_contexts(task, student, recorded):
