@@ -291,11 +291,12 @@ def test_dr_grpo_flag_of_the_command_line_reaches_the_learner_config():
 @pytest.mark.parametrize("mode", ["choose", "generate"])
 def test_first_ratio_is_one_on_real_rollouts(tokenizer, mode):
     # The learner re-scores the packed sessions with the same weights: every generated token's log-prob must equal
-    # the one the agent recorded while sampling (KV caches, tree-masked candidate scoring, batching), or the ratio
-    # would not start at 1.
+    # the one the agent recorded while sampling (KV caches, tree-masked candidate scoring, batching, a sampling
+    # temperature other than 1), or the ratio would not start at 1.
     model = build_tiny_model(tokenizer, "1m", seed=1)
-    make = lambda: gym.make("mosaic/WebQA-v0", site_size=SITE_SIZE, hops=1, max_steps=4, candidates=True)  # noqa: E731
-    agent = LLMAgent(model, tokenizer, mode=mode, max_new_tokens=6, seed=0)
+    make = lambda: gym.make("mosaic/WebQA-v0", site_size=SITE_SIZE, hops=1, max_steps=3, candidates=True,  # noqa: E731
+                            chunk_tokens=96)
+    agent = LLMAgent(model, tokenizer, mode=mode, temperature=0.5, max_new_tokens=6, seed=0)
     runs = Collector(make, 3).run(agent, [Request(seed=s, options={}) for s in range(3)])
     seqs = [s for t in runs for rows in session_sequences(t).values() for s in rows]
     assert sum(s.num_generated for s in seqs) > 0
