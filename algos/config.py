@@ -3,6 +3,7 @@ command line can show its defaults without loading a model)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 
@@ -68,4 +69,5 @@ class TrainConfig:
             raise ValueError(f"estimator={self.estimator!r}: use 'rollout' or 'likelihood'")
         if isinstance(self.pg, dict):
             self.pg = PGConfig(**self.pg)
-        self.pg.advantage = self.algo
+        # A copy: a PGConfig shared by two TrainConfigs (or kept by dataclasses.replace) keeps its own advantage.
+        self.pg = dataclasses.replace(self.pg, advantage=self.algo)

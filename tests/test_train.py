@@ -127,6 +127,15 @@ def test_killed_mid_save_then_extended_runs_resume_to_the_uninterrupted_paramete
     assert summary["success_final"] == uninterrupted["success_final"]
 
 
+def test_configs_sharing_learner_settings_keep_their_own_algorithm():
+    shared = PGConfig(lr=1e-3)
+    broadcast = TrainConfig(algo="broadcast", pg=shared)
+    mosaic = TrainConfig(algo="mosaic", pg=shared)
+    assert (broadcast.pg.advantage, mosaic.pg.advantage) == ("broadcast", "mosaic")
+    assert dataclasses.replace(broadcast, algo="mosaic").pg.advantage == "mosaic"
+    assert broadcast.pg.advantage == "broadcast" and broadcast.pg.lr == 1e-3
+
+
 def test_checkpoint_survives_a_crash_while_it_is_being_replaced(tmp_path, monkeypatch):
     model = torch.nn.Linear(3, 2)
     optimizer = torch.optim.AdamW(model.parameters())
