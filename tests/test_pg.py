@@ -41,7 +41,7 @@ def _ids(tokenizer, text: str) -> list[int]:
 
 
 def _logprobs(model: torch.nn.Module, seqs: list[TrainSequence]) -> list[list[float]]:
-    """The model's log-prob of every token of each sequence (0 at position 0), unpadded."""
+    """The model's log-prob of each sequence's generated tokens (0 where there are none), unpadded."""
     with torch.no_grad():
         logp, _ = sequence_logprobs(model, seqs, CPU)
     return [logp[b, : len(s.token_ids)].tolist() for b, s in enumerate(seqs)]
