@@ -16,7 +16,7 @@ Tokens a second count the sequences' real tokens (prompts and generated, no padd
 tokens/s over bare tokens/s. Prints one JSON object (and writes it to ``--out``).
 
 Usage:
-    python bench/bench_trainer.py                   # tiny-3m, 4 episodes of any difficulty
+    python bench/bench_trainer.py                   # tiny-3m, 2 episodes of any difficulty
     python bench/bench_trainer.py --quick           # tiny-1m, 4 one-hop episodes (one session each)
     python bench/bench_trainer.py --model tiny-10m --episodes 32 --threads 2
 """
@@ -98,18 +98,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="tiny-1m, 4 one-hop episodes, 1 repeat")
     parser.add_argument("--model", help="a load_model spec: tiny-1m|tiny-3m|tiny-10m|smollm2|folder (default tiny-3m)")
-    parser.add_argument("--episodes", type=int, help="teacher-forced oracle episodes (default 4)")
+    parser.add_argument("--episodes", type=int, help="teacher-forced oracle episodes (default 2)")
     parser.add_argument("--window", type=int, default=4096, help="the env's session_max_tokens: how long sessions get")
     parser.add_argument("--hops", type=int, help="only tasks of this many hops (default: every task; quick: 1)")
     parser.add_argument("--site-size", type=int, default=300, help="builtin site entities")
-    parser.add_argument("--repeat", type=int, help="timed passes of each, after a warm-up (default 2)")
+    parser.add_argument("--repeat", type=int, help="timed passes of each, after a warm-up (default 3)")
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--out", type=Path, help="also write the JSON here")
     args = parser.parse_args(argv)
     if args.repeat is not None and args.repeat < 1:
         parser.error("--repeat must be at least 1")
     quick = dict(model="tiny-1m", episodes=4, hops=1, repeat=1)
-    full = dict(model="tiny-3m", episodes=4, repeat=2)
+    full = dict(model="tiny-3m", episodes=2, repeat=3)
     defaults = quick if args.quick else full
     for key, value in defaults.items():
         if getattr(args, key) is None:

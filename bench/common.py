@@ -15,6 +15,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -58,16 +59,21 @@ def figure(name: str, value: float, unit: str, baseline: str | None = None, base
 
 
 class Recorder:
-    """Wraps a backend's ``view`` to remember which urls a step showed."""
+    """Wraps a backend's ``view`` to remember which urls a step showed, and the seconds spent showing them."""
 
     def __init__(self, backend: Any):
         self.urls: list[str] = []
+        self.seconds = 0.0
         self._view = backend.view
         backend.view = self.view
 
     def view(self, url: str) -> Any:
         self.urls.append(url)
-        return self._view(url)
+        start = time.perf_counter()
+        try:
+            return self._view(url)
+        finally:
+            self.seconds += time.perf_counter() - start
 
 
 def emit(result: dict[str, Any], out: Path | None) -> None:
