@@ -270,8 +270,8 @@ def figures(result: dict[str, Any]) -> list[dict[str, Any]]:
                "steps/s", bare, site["bare_pages_per_s"], "pages/s"),
         figure(f"env steps/s, text backend, {site['size']} entities, every page new", site["cold_steps_per_s"],
                "steps/s", bare, site["bare_pages_per_s"], "pages/s"),
-        figure(f"env steps/s at {long['context_tokens']} context tokens ({context['window']} window)",
-               long["steps_per_s"], "steps/s", f"the same steps at {short['context_tokens']} tokens",
+        figure(f"env steps/s at {long['context_tokens']:,} context tokens ({context['window']:,} window)",
+               long["steps_per_s"], "steps/s", f"the same steps at {short['context_tokens']:,} tokens",
                short["steps_per_s"]),
     ]
 
