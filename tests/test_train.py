@@ -7,24 +7,35 @@ import dataclasses
 import json
 from pathlib import Path
 
+import gymnasium as gym
 import matplotlib.image
+import numpy as np
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
 import algos.train
+from agents.llm import LLMAgent
+from agents.models import build_tiny_model, train_tokenizer
 from algos.checkpoint import load_checkpoint, save_checkpoint
 from algos.config import PGConfig, TrainConfig
+from algos.pg import PolicyGradient
+from algos.rollout import Collector, Request
 from conftest import SITE_SIZE
 
-# Tiny everything: one-hop tasks, short page chunks (short contexts), a few demonstrations, tiny groups.
-ENV = {"site_size": SITE_SIZE, "hops": 1, "max_steps": 5, "candidates": True, "chunk_tokens": 96}
+# Tiny everything: one-hop tasks, short page chunks and windows (short contexts, and compactions mid-episode,
+# so Mosaic's rollout estimator branches continuations), a few demonstrations, tiny groups.
+ENV = {"site_size": SITE_SIZE, "hops": 1, "max_steps": 6, "candidates": True, "chunk_tokens": 96,
+       "session_max_tokens": 500}
 
 
 def _config(out: Path, algo: str, iterations: int, **changes) -> TrainConfig:
     config = TrainConfig(algo=algo, env_kwargs=dict(ENV), model="tiny-1m", bc_episodes=4, bc_epochs=1,
                          bc_compact_at=None, iterations=iterations, tasks_per_iter=2, group_size=2, continuations=1,
-                         eval_episodes=1, num_envs=4, seed=3, out=str(out), pg=PGConfig(lr=1e-2, kl_coef=0.05))
+                         eval_episodes=1, num_envs=4, seed=3, out=str(out), pg=PGConfig(lr=1e-2, kl_coef=0.05),
+                         # Untrained policies fail every task (zero reward advantages); the likelihood estimator
+                         # still gives sessions distinct advantages, so RL moves the parameters.
+                         estimator="likelihood")
     return dataclasses.replace(config, **changes)
 
 
@@ -59,14 +70,14 @@ def broadcast_run(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def mosaic_run(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("mosaic")
-    algos.train.train(_config(out, "mosaic", iterations=3), log=_quiet)
+    algos.train.train(_config(out, "mosaic", iterations=2), log=_quiet)
     return out
 
 
 @pytest.mark.parametrize("run", ["broadcast_run", "mosaic_run"])
 def test_a_tiny_run_writes_metrics_summary_plot_and_checkpoint(request, run):
     out: Path = request.getfixturevalue(run)
-    iterations = 2 if run == "broadcast_run" else 3
+    iterations = 2
     metrics = _metrics(out)
     # One line per iteration of this run: nothing left over from an earlier run in the same folder.
     assert [m["iteration"] for m in metrics] == list(range(iterations))
@@ -84,6 +95,30 @@ def test_a_tiny_run_writes_metrics_summary_plot_and_checkpoint(request, run):
     assert (out / "final" / "config.json").is_file()
 
 
+def test_an_iteration_with_the_rollout_estimator_branches_from_session_boundaries(tmp_path):
+    config = _config(tmp_path, "mosaic", iterations=1, estimator="rollout", continuations=2)
+    make_env = lambda: gym.make(config.env_id, **config.env_kwargs)  # noqa: E731
+    env = make_env()
+    tokenizer = train_tokenizer([d.text for d in env.unwrapped.site.documents()], vocab_size=800)
+    agent = LLMAgent(build_tiny_model(tokenizer, "1m"), tokenizer, mode="choose", seed=0)
+    branched: list[Request] = []
+    real_run = Collector.run
+
+    def counting_run(self, agent, requests, **kwargs):
+        branched.extend(r for r in requests if "snapshot" in r.options)
+        return real_run(self, agent, requests, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Collector, "run", counting_run)
+        metrics = algos.train.rl_iteration(config, 0, agent, PolicyGradient(agent.model, config.pg),
+                                           Collector(make_env, 4), env, algos.train.budget_sampler(config),
+                                           np.random.default_rng(0))
+    # The settings compact mid-episode, so there are boundaries to branch from, M continuations each.
+    assert branched and len(branched) % config.continuations == 0
+    assert metrics["sessions"] > 1.0 and metrics["tokens"] > 0
+    assert all(np.isfinite(v) for v in metrics.values())
+
+
 class _Crash(Exception):
     """Stands for the process being killed."""
 
@@ -98,7 +133,7 @@ def test_killed_mid_save_then_extended_runs_resume_to_the_uninterrupted_paramete
     # (the KL's reference is the warm-started policy, not the random initial model)
     assert all(torch.equal(warm["extra"]["ref_model"][k], v) for k, v in warm["model"].items())
     assert any(not torch.equal(initial[k], v) for k, v in warm["model"].items())
-    # 2. ... extended to 3 iterations with resume, killed while writing the checkpoint after the second: its
+    # 2. ... extended to 2 iterations with resume, killed while writing the checkpoint after the second: its
     #    metrics line is written, its checkpoint is not (half a file, then the kill) ...
     real_save, calls = torch.save, []
 
@@ -111,15 +146,16 @@ def test_killed_mid_save_then_extended_runs_resume_to_the_uninterrupted_paramete
 
     monkeypatch.setattr(torch, "save", save_then_die)
     with pytest.raises(_Crash):
-        algos.train.train(_config(out, "mosaic", iterations=3, resume=True), log=_quiet)
+        algos.train.train(_config(out, "mosaic", iterations=2, resume=True), log=_quiet)
     monkeypatch.setattr(torch, "save", real_save)
     assert torch.load(out / "checkpoint.pt", weights_only=False)["step"] == 1  # the last good checkpoint
     assert len(_metrics(out)) == 2
     assert [p.name for p in out.iterdir() if p.name.endswith(".tmp")] == []
     # 3. ... and resumed again to the end.
-    summary = algos.train.train(_config(out, "mosaic", iterations=3, resume=True), log=_quiet)
+    summary = algos.train.train(_config(out, "mosaic", iterations=2, resume=True), log=_quiet)
 
     expected, got = _parameters(mosaic_run), _parameters(out)
+    assert any(not torch.equal(warm["model"][k], v) for k, v in got.items())  # RL did change the policy
     different = [k for k in expected if not torch.equal(expected[k], got[k])]
     assert not different, f"resumed parameters differ from the uninterrupted run's in {different[:3]}"
     assert _metrics(out) == _metrics(mosaic_run)
