@@ -1,5 +1,6 @@
-"""``algos.train``: a tiny run of each algorithm writes its artifacts; a run killed (even mid-save) or extended
-resumes to exactly the parameters of an uninterrupted run; checkpoints are written atomically."""
+"""``algos.train``: a tiny run of each algorithm writes its artifacts; an iteration with Mosaic's rollout
+estimator branches from session boundaries; a run killed (even mid-save) or extended resumes to exactly the
+parameters of an uninterrupted run; checkpoints are written atomically."""
 
 from __future__ import annotations
 
