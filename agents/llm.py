@@ -264,6 +264,18 @@ class LLMAgent(Agent):
         Caches belong to ``(info["env_index"], info["session_id"])``; without ``env_index`` (a plain list of
         envs) the env is its position in the batch.
         """
+        return self._step(observations, infos)
+
+    def record(self, observations: Sequence[str], infos: Sequence[dict[str, Any]], actions: Sequence[str]) -> None:
+        """Record ``actions`` (another agent's, e.g. an oracle's) as this agent's steps, without running the model.
+
+        ``last_steps`` then holds the prompt ids this agent would condition on and the action's ids as it would
+        emit them (log-probs are left at 0): teacher forcing for behaviour cloning, at the cost of tokenizing.
+        """
+        self._step(observations, infos, actions)
+
+    def _step(self, observations: Sequence[str], infos: Sequence[dict[str, Any]],
+              forced: Sequence[str] | None = None) -> list[str]:
         keys = [(info.get("env_index", i), info.get("session_id")) for i, info in enumerate(infos)]
         prompts = [self._prompt(obs, info) for obs, info in zip(observations, infos)]
         rows, prompt_ids = [], []
@@ -271,7 +283,10 @@ class LLMAgent(Agent):
             ids, kv = self._context(key, prompt)
             prompt_ids.append(ids)
             rows.append(_Row(kv, ids[0 if kv is None else kv[0][0].shape[2] :]))
-        if self.mode == "generate":
+        if forced is not None:
+            results = [(AgentStep(None, [], self.encode_action(a), torch.zeros(len(self.encode_action(a))), a),
+                        None) for a in forced]
+        elif self.mode == "generate":
             results = self._generate(rows)
         else:
             results = self._choose(rows, [self._candidates(info) for info in infos])

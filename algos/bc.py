@@ -37,8 +37,8 @@ from .rollout import TrainSequence, Trajectory, session_sequences
 class TeacherForcing(Agent):
     """Acts as ``teacher``; records each action as ``student``'s output (its prompt tokens, the action's tokens).
 
-    The student scores the teacher's action as its only candidate, so the recorded tokens are exactly those
-    the student conditions on and would emit; ``last_steps`` are the student's.
+    The student only tokenizes (:meth:`agents.llm.LLMAgent.record`): the recorded tokens are exactly those it
+    would condition on and emit; ``last_steps`` are the student's.
     """
 
     def __init__(self, teacher: Agent, student: Any):
@@ -55,12 +55,7 @@ class TeacherForcing(Agent):
 
     def act_batch(self, observations: Sequence[str], infos: Sequence[dict[str, Any]]) -> list[str]:
         actions = self.teacher.act_batch(observations, infos)
-        mode = self.student.mode
-        self.student.mode = "choose"
-        try:
-            self.student.act_batch(observations, [{**info, "candidates": [a]} for info, a in zip(infos, actions)])
-        finally:
-            self.student.mode = mode
+        self.student.record(observations, infos, actions)
         return actions
 
     def act(self, observation: str, info: dict[str, Any]) -> str:

@@ -56,6 +56,7 @@ class TrainConfig:
     estimator: str = "rollout"  # Mosaic's marginal contribution: "rollout" or "likelihood"
     continuations: int = 2  # Mosaic rollout estimator: continuations M per session boundary
     eval_episodes: int = 2  # held-out runs per test task for the success rate
+    eval_initial: bool = False  # also measure held-out success before the warm start
     num_envs: int = 48  # envs stepped side by side
     seed: int = 0  # seeds everything
     out: str = "runs/train"  # run folder: config, model, checkpoint, metrics, plot

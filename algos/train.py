@@ -75,7 +75,8 @@ def train(config: TrainConfig, log: Any = print) -> dict[str, Any]:
 
     if state["phase"] == "warm_start":
         summary = state["summary"]
-        summary["success_initial"] = evaluate(agent, eval_collector, env, config, "held-out (initial)")
+        if config.eval_initial:
+            summary["success_initial"] = evaluate(agent, eval_collector, env, config, "held-out (initial)")
         if config.bc_episodes > 0:
             started = time.time()
             oracle = OracleAgent(env, compact_at=config.bc_compact_at, fork=config.bc_fork)
@@ -92,8 +93,7 @@ def train(config: TrainConfig, log: Any = print) -> dict[str, Any]:
         if learner.ref_model is not None:  # the KL anchors RL to the warm-started policy, not to the random init
             learner.ref_model.load_state_dict(model.state_dict())
         summary["success_warm_start"] = evaluate(agent, eval_collector, env, config, "held-out (warm start)")
-        log(f"held-out success: initial {summary['success_initial']['success']:.3f}, after warm start "
-            f"{summary['success_warm_start']['success']:.3f}")
+        log(f"held-out success after warm start: {summary['success_warm_start']['success']:.3f}")
         state["phase"] = "rl"
         save()
 

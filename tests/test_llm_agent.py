@@ -323,3 +323,20 @@ def test_pack_session_rebuilds_one_sequence_with_generated_tokens_masked(tiny):
         logits = model(torch.tensor([packed.ids])).logits[0].float()
     fresh = torch.log_softmax(logits[:-1], -1).gather(1, torch.tensor(packed.ids[1:])[:, None]).squeeze(1)
     torch.testing.assert_close(packed.logprobs[masked], fresh[[j - 1 for j in masked]], atol=1e-4, rtol=0)
+
+
+def test_record_tokenizes_like_choosing_the_forced_action(tiny):
+    """Teacher forcing records exactly the ids the agent conditions on and emits, without a model pass."""
+    model, tokenizer = tiny
+    actions = ['search("Edra Vane")', "open(1)", 'answer("Oskarde")']
+    recorded, chosen = LLMAgent(model, tokenizer), LLMAgent(model, tokenizer, mode="choose")
+    turns = []
+    for k, action in enumerate(actions):
+        messages = _messages("where was Edra Vane born?", turns)
+        obs = render_transcript(messages)
+        recorded.record([obs], [_info(messages)], [action])
+        chosen.act(obs, _info(messages, candidates=[action]))
+        a, b = recorded.last_steps[0], chosen.last_steps[0]
+        assert (a.prompt_ids, a.gen_ids, a.text) == (b.prompt_ids, b.gen_ids, b.text)
+        turns.append((action, f"[Result {k}]"))
+    assert len(pack_session([recorded.last_steps[0]])) == 1

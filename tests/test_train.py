@@ -33,7 +33,8 @@ ENV = {"site_size": SITE_SIZE, "hops": 1, "max_steps": 6, "candidates": True, "c
 def _config(out: Path, algo: str, iterations: int, **changes) -> TrainConfig:
     config = TrainConfig(algo=algo, env_kwargs=dict(ENV), model="tiny-1m", bc_episodes=4, bc_epochs=1,
                          bc_compact_at=None, iterations=iterations, tasks_per_iter=2, group_size=2, continuations=1,
-                         eval_episodes=1, num_envs=4, seed=3, out=str(out), pg=PGConfig(lr=1e-2, kl_coef=0.05),
+                         eval_episodes=1, eval_initial=True, num_envs=4, seed=3, out=str(out),
+                         pg=PGConfig(lr=1e-2, kl_coef=0.05),
                          # Untrained policies fail every task (zero reward advantages); the likelihood estimator
                          # still gives sessions distinct advantages, so RL moves the parameters.
                          estimator="likelihood")
