@@ -304,7 +304,7 @@ def plot(result: dict[str, Any], path: Path) -> Path:
     right.plot(tokens, [r["context_copy_us"] for r in levels], marker="o", label="copying the observation string")
     right.legend(fontsize=8)
     right.set(xlabel="context length when the block starts (tokens)", ylabel="microseconds per step", ylim=(0, None),
-              title=f"Per-step cost against context length ({result['context']['size']} entities)")
+              title=f"Per-step cost against context length ({result['context']['size']:,} entities)")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

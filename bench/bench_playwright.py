@@ -8,7 +8,8 @@ pre-rendered HTML, and ``page.set_content(html)``; both wait for ``load``, as th
 operation starts once the page shown before it has painted. Steps a second count step and reset time only.
 The text backend runs the same script for reference. Memory: the summed RSS, PSS and USS of this process
 and every process it started (Playwright's driver and Chromium), read from ``/proc``, with 1 env and with N
-envs sharing the browser.
+envs sharing the browser; then the private memory (USS) of each extra bare browser context showing the same
+page (``set_content``, nothing else), the least one more env could cost.
 
 Prints one JSON object (and writes it to ``--out``).
 
@@ -167,7 +168,8 @@ def memory() -> dict[str, int]:
 
 
 def memory_per_env(args: argparse.Namespace) -> dict[str, Any]:
-    """Memory with 1 env, then with ``args.envs`` envs, each after a reset and a few page-showing steps."""
+    """Memory with 1 env, then with ``args.envs`` envs, each after a reset and a few page-showing steps; then,
+    beside the first env, with 1 and with ``args.envs`` bare browser contexts showing that env's page."""
     opened: list[gym.Env] = []
     samples = {}
     for count in (1, args.envs):
@@ -179,8 +181,22 @@ def memory_per_env(args: argparse.Namespace) -> dict[str, Any]:
             opened.append(env)
         time.sleep(0.5)  # let freshly started renderer processes settle before reading their memory
         samples[count] = {**memory(), "chromium_processes": len(child_processes())}
-    for env in opened:
+    first = opened[0].unwrapped.backend.page
+    html, browser = first.content(), first.context.browser
+    for env in opened[1:]:
         env.close()
+    bare: list[Any] = []
+    bare_samples = {}
+    for count in (1, args.envs):
+        while len(bare) < count:
+            context = browser.new_context(service_workers="block")
+            context.new_page().set_content(html, wait_until="load")
+            bare.append(context)
+        time.sleep(0.5)
+        bare_samples[count] = memory()
+    for context in bare:
+        context.close()
+    opened[0].close()
     one, many = samples[1], samples[args.envs]
     out: dict[str, Any] = {"envs": args.envs}
     for kind in ("rss", "pss", "uss"):
@@ -189,6 +205,9 @@ def memory_per_env(args: argparse.Namespace) -> dict[str, Any]:
         out[f"{kind}_per_extra_env_mib"] = mib((many[kind] - one[kind]) / (args.envs - 1))
     out["chromium_processes_1_env"] = one["chromium_processes"]
     out[f"chromium_processes_{args.envs}_envs"] = many["chromium_processes"]
+    # The least one more env could cost: a browser context with one page showing the same page, nothing else.
+    out["bare_uss_per_extra_context_mib"] = mib((bare_samples[args.envs]["uss"] - bare_samples[1]["uss"])
+                                                / (args.envs - 1))
     out["target_mib_per_extra_env"] = TARGET_MIB_PER_ENV
     out["note"] = ("summed RSS counts the shared Chromium code each process maps once per process; PSS shares "
                    "it out and USS (private memory) leaves it out, so USS per extra env is what one more env costs")
@@ -262,7 +281,7 @@ def figures(result: dict[str, Any]) -> list[dict[str, Any]]:
         figure("Playwright env steps/s (scripted episodes)", pw["steps_per_s"], "steps/s",
                "text backend, same script", result["text"]["steps_per_s"]),
         figure(f"memory per extra env (USS, {memory['envs']} envs)", memory["uss_per_extra_env_mib"], "MiB",
-               "the first env, browser included (USS)", memory["uss_1_env_mib"]),
+               "bare browser context showing the same page", memory["bare_uss_per_extra_context_mib"]),
     ]
 
 

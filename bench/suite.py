@@ -16,8 +16,10 @@ Example:
 
 from __future__ import annotations
 
+import gc
 import importlib
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -64,20 +66,23 @@ def run_suite(quick: bool = False, only: Sequence[str] | None = None, threads: i
 
     names = select(only)
     threads = threads or (1 if quick else None)
-    if threads and any(name in TORCH_BENCHMARKS for name in names):
-        # Two threads on two shared cores fight other work; one keeps short runs steady.
-        import torch
-
-        torch.set_num_threads(threads)
     result: dict[str, Any] = {"bench": "suite", "quick": quick, "machine": machine(PACKAGES), "seconds": {},
                               "figures": [], "benchmarks": {}, "errors": {}, "files": []}
-    if any(name in TORCH_BENCHMARKS for name in names):
-        from bench.common import torch_machine
-
-        result["machine"].update(torch_machine())
     bar = tqdm(names, desc="bench", unit="benchmark", disable=not progress, file=sys.stderr)
     for name in bar:
         bar.set_postfix_str(name)
+        if name in TORCH_BENCHMARKS and "torch_threads" not in result["machine"]:
+            # Torch loads only now, so that the benchmarks before it measure memory without it.
+            import torch
+
+            from bench.common import torch_machine
+
+            if threads:
+                # Two threads on two shared cores fight other work; one keeps short runs steady.
+                torch.set_num_threads(threads)
+            result["machine"].update(torch_machine())
+        # What the previous benchmark left (sites hold reference cycles) is collected before the next starts.
+        gc.collect()
         module = importlib.import_module(f"bench.bench_{name}")
         start = time.perf_counter()
         try:
@@ -90,6 +95,7 @@ def run_suite(quick: bool = False, only: Sequence[str] | None = None, threads: i
         result["benchmarks"][name] = report
         result["figures"] += [{"bench": name, **row} for row in module.figures(report)]
     bar.close()
+    result["machine"]["load_average_1min_after"] = round(os.getloadavg()[0], 2)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         if "env" in result["benchmarks"]:
