@@ -13,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+import weakref
 from collections import OrderedDict
 
 from .web.browser import CHUNK_TOKENS, PageView, html_to_view
@@ -57,7 +58,12 @@ class TextBackend(Backend):
     def __init__(self, site: Site, chunk_tokens: int = CHUNK_TOKENS, cache_size: int = 50_000):
         super().__init__(site, chunk_tokens)
         # Envs of one process share their site, so they share its rendered views too.
-        self._cache = self._shared.setdefault((id(site), chunk_tokens), OrderedDict())
+        key = (id(site), chunk_tokens)
+        if key not in self._shared:
+            self._shared[key] = OrderedDict()
+            # The views go with their site: a site created later at the same address must not be shown them.
+            weakref.finalize(site, self._shared.pop, key, None)
+        self._cache = self._shared[key]
         self._cache_size = cache_size
 
     def view(self, url: str) -> PageView | None:
