@@ -29,7 +29,7 @@ from typing import Any, Hashable, Sequence
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
-from envs.actions import TOOL_ARGS
+from envs.actions import call_complete
 from envs.prompts import render_transcript
 
 from .base import Agent
@@ -37,13 +37,8 @@ from .base import Agent
 KV = tuple[tuple[torch.Tensor, torch.Tensor], ...]
 """Per layer, keys and values of one sequence: ``[1, kv_heads, length, head_dim]`` each."""
 
-_THINK = re.compile(r"<think>.*?(?:</think>|$)", re.DOTALL)
-_CALL_START = re.compile(r"(?<![\w.])(?:" + "|".join(TOOL_ARGS) + r")\(")
-
-
 def tool_call_complete(text: str) -> bool:
-    """Whether ``text`` holds a finished tool call: a ``</tool_call>`` closing a ``<tool_call>``, or the ``)``
-    closing a ``name(`` call outside string literals (``<think>`` blocks are not looked at).
+    """Whether ``text`` holds a finished tool call (:func:`envs.actions.call_complete`, the parser's own rule).
 
     Generation stops there, so a model that would ramble on after its call costs no tokens for it.
 
@@ -51,31 +46,7 @@ def tool_call_complete(text: str) -> bool:
         >>> tool_call_complete('search("a (b")'), tool_call_complete('search("a)')
         (True, False)
     """
-    visible = _THINK.sub(lambda m: " " * len(m.group()), text)
-    tag = visible.find("<tool_call>")
-    call = _CALL_START.search(visible)
-    if tag >= 0 and (call is None or tag < call.start()):
-        return visible.find("</tool_call>", tag) >= 0
-    if call is None:
-        return False
-    depth, quote, i = 1, "", call.end()
-    while i < len(visible):
-        ch = visible[i]
-        if quote:
-            if ch == "\\":
-                i += 1
-            elif ch == quote:
-                quote = ""
-        elif ch in "\"'":
-            quote = ch
-        elif ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-            if depth == 0:
-                return True
-        i += 1
-    return False
+    return call_complete(text)
 
 
 @dataclass

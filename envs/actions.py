@@ -91,6 +91,22 @@ def parse_action(text: str) -> Action:
     )
 
 
+def call_complete(text: str) -> bool:
+    """Whether ``text`` holds a finished tool call: a ``</tool_call>`` closing a ``<tool_call>``, or the ``)``
+    closing a ``name(`` call outside string literals (``<think>`` blocks are not looked at). A generating
+    model can stop there.
+
+    >>> call_complete('search("a (b")'), call_complete('search("a)'), call_complete("<think>open(1)</think>")
+    (True, False, False)
+    """
+    visible = _THINK.sub(" ", text)
+    tag = visible.find("<tool_call>")
+    call = _CALL_START.search(visible)
+    if tag >= 0 and (call is None or tag < call.start()):
+        return visible.find("</tool_call>", tag) >= 0
+    return call is not None and _closing_paren(visible, call.end()) is not None
+
+
 def _parse_json_call(body: str) -> Action:
     body = body.strip().removeprefix("```json").removeprefix("```").removesuffix("```").strip()
     try:
