@@ -243,14 +243,10 @@ def _jsonable(config: TrainConfig) -> dict[str, Any]:
 
 
 def _report(summary: dict[str, Any]) -> str:
-    def line(name: str, key: str) -> str:
-        r = summary.get(key)
-        return f"  {name:<22} {r['success']:.3f} success, {r['sessions']:.2f} sessions, {r['steps']:.1f} steps" \
-            if r else f"  {name:<22} (not run)"
-
-    return "\n".join([
-        f"held-out results ({summary.get('algo')}, {summary.get('iterations')} RL iterations, run {summary.get('run')}):",
-        line("initial model", "success_initial"),
-        line("after warm start", "success_warm_start"),
-        line("after RL", "success_final"),
-    ])
+    rows = [(name, summary[key]) for name, key in (("initial model", "success_initial"),
+                                                    ("after warm start", "success_warm_start"),
+                                                    ("after RL", "success_final")) if key in summary]
+    return "\n".join(
+        [f"held-out results ({summary.get('algo')}, {summary.get('iterations')} RL iterations, run {summary.get('run')}):"]
+        + [f"  {name:<18} {r['success']:.3f} success, {r['sessions']:.2f} sessions per trajectory, "
+           f"{r['steps']:.1f} steps ({r['episodes']} episodes)" for name, r in rows])
