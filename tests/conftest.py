@@ -18,3 +18,19 @@ def small_site():
     from envs.web import load_site
 
     return load_site("builtin", site_seed=0, site_size=SITE_SIZE)
+
+
+def record_stream(env, agent, steps: int) -> list[tuple]:
+    """``steps`` agent steps in ``env`` (reset with seeds 0, 1, ... whenever an episode ends), as a list of
+    (action, obs, reward, terminated, truncated, info), with ("reset", obs, info) after each reset."""
+    out, seed = [], 0
+    obs, info = env.reset(seed=seed)
+    while len(out) < steps:
+        action = agent.act(obs, info)
+        obs, reward, terminated, truncated, info = env.step(action)
+        out.append((action, obs, reward, terminated, truncated, info))
+        if terminated or truncated:
+            seed += 1
+            obs, info = env.reset(seed=seed)
+            out.append(("reset", obs, info))
+    return out

@@ -12,7 +12,7 @@ from gymnasium.utils.env_checker import check_env
 import envs
 from agents import OracleAgent, RandomAgent
 from envs.actions import format_action, parse_action
-from conftest import SITE_SIZE
+from conftest import SITE_SIZE, record_stream
 
 IDS = sorted(envs.VARIANTS)
 
@@ -47,17 +47,7 @@ def test_same_seed_same_rollout_for_200_steps(env_id):
     agents_ = [RandomAgent(seed=3, compact_prob=0.1, fork_prob=0.1) for _ in range(2)]
     streams = []
     for env, agent in zip(envs_, agents_):
-        out, seed = [], 0
-        obs, info = env.reset(seed=seed)
-        while len(out) < 220:
-            action = agent.act(obs, info)
-            obs, reward, terminated, truncated, info = env.step(action)
-            out.append((action, obs, reward, terminated, truncated, info))
-            if terminated or truncated:
-                seed += 1
-                obs, info = env.reset(seed=seed)
-                out.append(("reset", obs, info))
-        streams.append(out)
+        streams.append(record_stream(env, agent, 220))
     assert streams[0] == streams[1]
     assert pickle.dumps(streams[0]) == pickle.dumps(streams[1])
 

@@ -20,7 +20,7 @@ from gymnasium.utils.env_checker import check_env
 import envs  # noqa: F401  (registers the environments)
 from envs import playwright_backend
 from agents import RandomAgent
-from conftest import SITE_SIZE
+from conftest import SITE_SIZE, record_stream
 from envs.actions import format_action
 from envs.backends import TextBackend
 from envs.playwright_backend import (CHROMIUM_ENV, DEFAULT_CHROMIUM, ORIGIN, ChromiumNotFound, PlaywrightBackend,
@@ -234,17 +234,7 @@ def test_same_seed_same_rollout_and_same_as_the_text_backend():
     for backend in ("playwright", "playwright", "text"):
         env = gym.make("mosaic/WebQA-v0", site_size=SITE_SIZE, backend=backend, candidates=True, max_steps=8)
         agent = RandomAgent(seed=3, compact_prob=0.1, fork_prob=0.1)
-        out, seed = [], 0
-        obs, info = env.reset(seed=seed)
-        while len(out) < 24:
-            action = agent.act(obs, info)
-            obs, reward, terminated, truncated, info = env.step(action)
-            out.append((action, obs, reward, terminated, truncated, info))
-            if terminated or truncated:
-                seed += 1
-                obs, info = env.reset(seed=seed)
-                out.append(("reset", obs, info))
-        streams.append(out)
+        streams.append(record_stream(env, agent, 24))
         env.close()
     assert streams[0] == streams[1] == streams[2]
 
