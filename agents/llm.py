@@ -63,6 +63,10 @@ class AgentStep:
         choice_probs: choose mode: the probability of each of ``info["candidates"]`` (sums to 1).
         choice: choose mode: the index of the chosen candidate.
         candidate_ids: choose mode: each candidate's token ids (as scored after ``prompt_ids``).
+        choice_policy: choose mode: how a score becomes a choice, ``{"temperature": t, "length_normalize": b}``:
+            ``pi(c) = softmax_c(score_c / t)``, ``score_c`` the candidate's summed (or mean) token log-prob.
+            The learner trains this policy (at temperature 1 when sampling was greedy).
+        choice_logprob: choose mode: ``log pi(choice)`` under that policy when the step was taken.
     """
 
     session_id: Hashable
@@ -73,6 +77,8 @@ class AgentStep:
     choice_probs: torch.Tensor | None = None
     choice: int | None = None
     candidate_ids: list[list[int]] | None = None
+    choice_policy: dict[str, Any] | None = None
+    choice_logprob: float | None = None
 
 
 @dataclass
@@ -456,8 +462,11 @@ class LLMAgent(Agent):
             else:
                 probs = torch.softmax(scores / self.temperature, -1)
             choice = int(self._sample(scores[None].to(self.device))[0])
+            # The policy a learner trains: this softmax, at temperature 1 when sampling is greedy.
+            policy = {"temperature": self.temperature or 1.0, "length_normalize": self.length_normalize}
+            logprob = float(torch.log_softmax(scores / policy["temperature"], -1)[choice])
             step = AgentStep(
-                None, [], ids[choice], lps[choice].float(), candidates[e][choice], probs, choice, ids
+                None, [], ids[choice], lps[choice].float(), candidates[e][choice], probs, choice, ids, policy, logprob
             )
             # The cache covers the prompt; the chosen candidate's tokens are fed with the next step's suffix.
             results.append((step, prompt_kv[e]))
@@ -520,10 +529,12 @@ class LLMAgent(Agent):
         return result
 
     def _attention_mask(self, allowed: torch.Tensor) -> torch.Tensor:
-        """A custom 4-D mask as the model's attention implementation takes it (bool for SDPA, additive else)."""
-        allowed = allowed.to(self.device)
-        if getattr(self.model.config, "_attn_implementation", "sdpa") == "sdpa":
-            return allowed
-        dtype = next(self.model.parameters()).dtype
-        return torch.zeros(allowed.shape, dtype=dtype, device=self.device).masked_fill(
-            ~allowed, torch.finfo(dtype).min)
+        return attention_mask_4d(self.model, allowed.to(self.device))
+
+
+def attention_mask_4d(model: PreTrainedModel, allowed: torch.Tensor) -> torch.Tensor:
+    """A custom ``(batch, 1, query, key)`` mask as ``model``'s attention takes it (bool for SDPA, additive else)."""
+    if getattr(model.config, "_attn_implementation", "sdpa") == "sdpa":
+        return allowed
+    dtype = next(model.parameters()).dtype
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(~allowed, torch.finfo(dtype).min)

@@ -8,7 +8,12 @@ generated in it. The objective (``ALGORITHMS.md`` section 3) for a batch of sess
               + kl_coef * sum_{s,t} k3(ref_logp_t, logp_t) / N_gen
 
 ``N_gen`` is the number of generated tokens in the whole batch (token-mean over the batch), so a trajectory
-with more sessions does not weigh more for having more rows. ``A_s`` comes from :mod:`algos.advantages`
+with more sessions does not weigh more for having more rows.
+
+A choose-mode policy (``LLMAgent(mode="choose")``) acts by sampling one of the env's candidates from the
+softmax of their scores, so its unit is the choice, not the token: for such sequences ``logp`` is
+``log softmax_c(score_c / T)[chosen]`` over that step's candidates (:func:`choice_logprobs`), and ``N_gen``
+counts choices. (Training the chosen candidate's own tokens instead would miss the ``-E_pi[grad score]`` term.) ``A_s`` comes from :mod:`algos.advantages`
 (``broadcast`` or ``mosaic``), computed per group with statistics once per trajectory.
 
 Example:
@@ -61,15 +66,79 @@ def sequence_logprobs(model: torch.nn.Module, sequences: Sequence[TrainSequence]
     return logp, mask
 
 
+def choice_logprobs(model: torch.nn.Module, sequences: Sequence[TrainSequence], device: torch.device
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Log-probs of the chosen candidates, ``logp[b, j]`` for choice ``j`` of sequence ``b``, in one pass.
+
+    Each sequence's candidates are appended after it as branches of a tree: a candidate token attends to the
+    sequence's first ``prompt_len`` tokens and to its own candidate's earlier tokens, at the positions it
+    would have right after that prefix (as :class:`agents.llm.LLMAgent` scored them when acting).
+    Returns ``(logp, old, mask)`` of shape ``(B, J)``: the current and the sampling-time log-probs, and which
+    ``(b, j)`` hold a choice.
+    """
+    from agents.llm import attention_mask_4d
+
+    width = max(s.length for s in sequences)
+    count = max(len(s.choices) for s in sequences)
+    ids = torch.zeros((len(sequences), width), dtype=torch.long)
+    positions = torch.zeros_like(ids)
+    allowed = torch.zeros((len(sequences), 1, width, width), dtype=torch.bool)
+    # For every candidate token: (row, predicting column, target id); candidates' spans into that list.
+    rows, columns, targets, spans = [], [], [], []
+    for b, s in enumerate(sequences):
+        n = len(s.token_ids)
+        ids[b, :n] = torch.tensor(s.token_ids)
+        positions[b, :n] = torch.arange(n)
+        allowed[b, 0, :n, :n] = torch.ones(n, n, dtype=torch.bool).tril()
+        offset = n
+        for c in s.choices:
+            for cand in c.candidates:
+                k = len(cand)
+                block = slice(offset, offset + k)
+                ids[b, block] = torch.tensor(cand)
+                positions[b, block] = c.prompt_len + torch.arange(k)
+                allowed[b, 0, block, : c.prompt_len] = True
+                allowed[b, 0, block, block] = torch.ones(k, k, dtype=torch.bool).tril()
+                spans.append((len(targets), k))
+                rows += [b] * k
+                columns += [c.prompt_len - 1] + list(range(offset, offset + k - 1))
+                targets += cand
+                offset += k
+        pad = torch.arange(offset, width)
+        allowed[b, 0, pad, pad] = True  # padding attends to itself only, so every query has a key
+    keep = torch.tensor(sorted(set(columns)))
+    where = {int(col): i for i, col in enumerate(keep)}
+    logits = model(input_ids=ids.to(device), position_ids=positions.to(device),
+                   attention_mask=attention_mask_4d(model, allowed.to(device)),
+                   logits_to_keep=keep.to(device)).logits.float()
+    token_logp = torch.log_softmax(logits[torch.tensor(rows), torch.tensor([where[c] for c in columns])], -1)
+    token_logp = token_logp.gather(1, torch.tensor(targets, device=device)[:, None]).squeeze(1)
+    logp = torch.zeros((len(sequences), count), device=device)
+    old = torch.zeros_like(logp)
+    mask = torch.zeros_like(logp, dtype=torch.bool)
+    span = iter(spans)
+    for b, s in enumerate(sequences):
+        for j, c in enumerate(s.choices):
+            scores = []
+            for _ in c.candidates:
+                start, k = next(span)
+                total = token_logp[start : start + k].sum()
+                scores.append(total / k if c.length_normalize else total)
+            logp[b, j] = torch.log_softmax(torch.stack(scores) / c.temperature, -1)[c.index]
+            old[b, j] = c.old_logprob
+            mask[b, j] = True
+    return logp, old, mask
+
+
 def micro_batches(sequences: Sequence[TrainSequence], max_tokens: int) -> Iterable[list[TrainSequence]]:
     """Consecutive groups whose padded size (count x longest) stays within ``max_tokens``."""
     batch: list[TrainSequence] = []
     longest = 0
     for s in sequences:
-        longest_if = max(longest, len(s.token_ids))
+        longest_if = max(longest, s.length)
         if batch and longest_if * (len(batch) + 1) > max_tokens:
             yield batch
-            batch, longest_if = [], len(s.token_ids)
+            batch, longest_if = [], s.length
         batch.append(s)
         longest = longest_if
     if batch:
@@ -110,21 +179,19 @@ class PolicyGradient:
     def update(self, sequences: Sequence[TrainSequence]) -> dict[str, float]:
         """One optimisation step (``epochs`` passes) on a batch of session sequences; returns metrics."""
         c = self.config
-        sequences = [s for s in sequences if s.num_generated > 0]
+        sequences = [s for s in sequences if s.num_units > 0]
         if not sequences:
             return {"loss": 0.0, "clip_fraction": 0.0, "approx_kl": 0.0, "grad_norm": 0.0, "tokens": 0}
-        total = float(sum(s.num_generated * s.weight for s in sequences))
+        # Choice sequences and token sequences never share a micro-batch (their units differ).
+        sequences = [s for s in sequences if s.choices] + [s for s in sequences if not s.choices]
+        total = float(sum(s.num_units * s.weight for s in sequences))
         self.model.train()
         stats: dict[str, float] = {}
         for _ in range(c.epochs):
             self.optimizer.zero_grad(set_to_none=True)
             loss_sum = clipped = kl_sum = 0.0
-            for batch in micro_batches(sequences, c.micro_batch_tokens):
-                logp, mask = sequence_logprobs(self.model, batch, self.device)
-                # Outside the loss (prompts, padding) log-probs are zeroed before any exp: there they could
-                # overflow, and inf * 0 would turn the masked sum into nan.
-                logp = torch.where(mask, logp, 0.0)
-                old = torch.where(mask, _padded([s.old_logprobs for s in batch], logp.shape, self.device), 0.0)
+            for batch in _homogeneous(micro_batches(sequences, c.micro_batch_tokens)):
+                logp, old, mask = _unit_logprobs(self.model, batch, self.device)
                 adv_t = torch.tensor([s.advantage for s in batch], device=self.device)[:, None]
                 w = torch.tensor([s.weight for s in batch], device=self.device)[:, None] * mask
                 ratio = torch.exp(logp - old)
@@ -132,7 +199,7 @@ class PolicyGradient:
                 loss = -(surrogate * w).sum() / total
                 if self.ref_model is not None:
                     with torch.no_grad():
-                        ref = torch.where(mask, sequence_logprobs(self.ref_model, batch, self.device)[0], 0.0)
+                        ref = _unit_logprobs(self.ref_model, batch, self.device)[0]
                     k3 = torch.exp(ref - logp) - (ref - logp) - 1
                     loss = loss + c.kl_coef * (k3 * w).sum() / total
                     kl_sum += float((k3.detach() * w).sum())
@@ -148,6 +215,28 @@ class PolicyGradient:
         stats["tokens"] = total
         self.model.eval()
         return stats
+
+
+def _unit_logprobs(model: torch.nn.Module, batch: Sequence[TrainSequence], device: torch.device
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(logp, old, mask)`` of the batch's loss units (choices or generated tokens), zero outside ``mask``.
+
+    Outside the loss (prompts, padding) log-probs are zeroed before any exp: there they could overflow, and
+    inf * 0 would turn a masked sum into nan.
+    """
+    if batch[0].choices:
+        logp, old, mask = choice_logprobs(model, batch, device)
+    else:
+        logp, mask = sequence_logprobs(model, batch, device)
+        old = _padded([s.old_logprobs for s in batch], logp.shape, device)
+    return torch.where(mask, logp, 0.0), torch.where(mask, old, 0.0), mask
+
+
+def _homogeneous(batches: Iterable[list[TrainSequence]]) -> Iterable[list[TrainSequence]]:
+    """Micro-batches split where choice sequences end and token sequences begin."""
+    for batch in batches:
+        split = [s for s in batch if s.choices], [s for s in batch if not s.choices]
+        yield from (part for part in split if part)
 
 
 def _padded(rows: Sequence[Sequence[float]], shape: torch.Size, device: torch.device) -> torch.Tensor:

@@ -24,6 +24,22 @@ from envs.actions import ActionError, parse_action
 
 
 @dataclass
+class Choice:
+    """One choose-mode action inside a training sequence: which candidate, out of which, after which prefix.
+
+    The policy is ``pi(c) = softmax_c(score_c / temperature)`` where ``score_c`` is the summed (or, with
+    ``length_normalize``, mean) log-prob of candidate ``c``'s tokens after ``token_ids[:prompt_len]``.
+    """
+
+    prompt_len: int
+    candidates: list[list[int]]
+    index: int
+    old_logprob: float  # log pi(index) when the action was sampled
+    temperature: float = 1.0
+    length_normalize: bool = False
+
+
+@dataclass
 class TrainSequence:
     """One session as one training sequence.
 
@@ -33,6 +49,8 @@ class TrainSequence:
         old_logprobs: the sampling policy's log-prob of each generated token (0 elsewhere).
         advantage: the session's advantage ``A_s`` (from :meth:`PolicyGradient.advantages`).
         weight: a multiplier of the session's tokens in the loss (1; behaviour cloning may vary it).
+        choices: choose-mode actions: when given, the policy's units are these choices (the log-softmax over
+            each step's candidates), not the generated tokens.
     """
 
     token_ids: list[int]
@@ -40,14 +58,29 @@ class TrainSequence:
     old_logprobs: list[float]
     advantage: float = 0.0
     weight: float = 1.0
+    choices: list[Choice] = field(default_factory=list)
 
     def __post_init__(self):
         if not (len(self.token_ids) == len(self.gen_mask) == len(self.old_logprobs)):
             raise ValueError("token_ids, gen_mask and old_logprobs must have the same length")
+        for c in self.choices:
+            if not (0 < c.prompt_len <= len(self.token_ids) and 0 <= c.index < len(c.candidates)):
+                raise ValueError(f"choice {c.index} of {len(c.candidates)} after {c.prompt_len} tokens does not "
+                                 f"fit a sequence of {len(self.token_ids)} tokens")
 
     @property
     def num_generated(self) -> int:
         return int(sum(self.gen_mask))
+
+    @property
+    def num_units(self) -> int:
+        """What the loss averages over: the choices, else the generated tokens."""
+        return len(self.choices) if self.choices else self.num_generated
+
+    @property
+    def length(self) -> int:
+        """Token slots of one training pass: the sequence, plus every choice's candidates."""
+        return len(self.token_ids) + sum(len(ids) for c in self.choices for ids in c.candidates)
 
 
 @dataclass
@@ -90,11 +123,17 @@ def session_sequences(trajectory: Trajectory) -> dict[int, list[TrainSequence]]:
 
     Built on :func:`agents.llm.pack_session`: within a session each prompt extends the previous prompt and
     its output, so a session is usually one sequence. Sessions in which the agent took no step have none.
+    Choose-mode steps (those with ``candidate_ids``) become the sequence's :class:`Choice` s.
     """
     from agents.llm import pack_session
 
+    def choices(steps: list[Any], indices: list[int]) -> list[Choice]:
+        return [Choice(len(s.prompt_ids), s.candidate_ids, s.choice, s.choice_logprob, **s.choice_policy)
+                for s in (steps[i] for i in indices) if s.candidate_ids is not None]
+
     return {
-        sid: [TrainSequence(list(p.ids), list(p.loss_mask), p.logprobs.tolist()) for p in pack_session(steps)]
+        sid: [TrainSequence(list(p.ids), list(p.loss_mask), p.logprobs.tolist(), choices=choices(steps, p.steps))
+              for p in pack_session(steps)]
         for sid, steps in sorted(trajectory.steps.items())
     }
 

@@ -310,3 +310,68 @@ def test_first_ratio_is_one_on_real_rollouts(tokenizer, mode):
 def test_docstring_examples_run():
     assert doctest.testmod(algos.pg).failed == 0
 
+
+
+# Choose mode: the unit is the choice among the candidates ----------------------------------------------------------
+
+
+def _choose_rollouts(tokenizer, model, temperature=0.5, n=3):
+    make = lambda: gym.make("mosaic/WebQA-v0", site_size=SITE_SIZE, hops=1, max_steps=3, candidates=True,  # noqa: E731
+                            chunk_tokens=96)
+    agent = LLMAgent(model, tokenizer, mode="choose", temperature=temperature, seed=0)
+    runs = Collector(make, n).run(agent, [Request(seed=s, options={}) for s in range(n)])
+    return runs, [s for t in runs for rows in session_sequences(t).values() for s in rows]
+
+
+def test_choice_logprobs_match_the_softmax_the_agent_sampled_from(tokenizer):
+    model = build_tiny_model(tokenizer, "1m", seed=1)
+    runs, seqs = _choose_rollouts(tokenizer, model)
+    steps = [s for t in runs for ss in t.steps.values() for s in ss]
+    assert sum(len(s.choices) for s in seqs) == len(steps) > 3
+    with torch.no_grad():
+        logp, old, mask = algos.pg.choice_logprobs(model, seqs, CPU)
+    recorded = torch.tensor([float(torch.log(s.choice_probs[s.choice])) for s in steps])
+    np.testing.assert_allclose(logp[mask].numpy(), old[mask].numpy(), atol=2e-4)
+    # Row by row the choices come in step order, and they are log softmax(score / 0.5) of the agent's own probs.
+    np.testing.assert_allclose(old[mask].numpy(), recorded.numpy(), atol=1e-5)
+
+
+def test_choice_gradient_equals_the_gradient_of_the_candidate_log_softmax_by_separate_passes(tokenizer):
+    # Independent check of the tree pass, gradient included: score every candidate in its own full forward pass
+    # (prefix + candidate), take log softmax over candidates at the policy's temperature, backpropagate.
+    model = build_tiny_model(tokenizer, "1m", seed=2)
+    _, seqs = _choose_rollouts(tokenizer, model, temperature=0.7, n=2)
+    seq = next(s for s in seqs if len(s.choices) >= 2)
+    model.zero_grad()
+    logp, _, mask = algos.pg.choice_logprobs(model, [seq], CPU)
+    logp[mask].sum().backward()
+    tree = _grads(model)
+    model.zero_grad()
+    total = 0.0
+    for c in seq.choices:
+        prefix = seq.token_ids[: c.prompt_len]
+        rows = [TrainSequence(prefix + cand, [False] * len(prefix) + [True] * len(cand), [0.0] * (len(prefix) + len(cand)))
+                for cand in c.candidates]
+        lp, m = sequence_logprobs(model, rows, CPU)
+        scores = (lp * m).sum(1)
+        total = total + torch.log_softmax(scores / c.temperature, -1)[c.index]
+    total.backward()
+    separate = _grads(model)
+    np.testing.assert_allclose(float(logp[mask].sum().detach()), float(total.detach()), atol=1e-4)
+    for a, b in zip(tree, separate):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-3)
+
+
+@pytest.mark.parametrize("advantage", [1.0, -1.0])
+def test_one_choose_step_moves_the_probability_of_the_chosen_candidate_with_the_advantage(tokenizer, advantage):
+    model = build_tiny_model(tokenizer, "1m", seed=3)
+    _, seqs = _choose_rollouts(tokenizer, model, temperature=1.0, n=2)
+    seq = next(s for s in seqs if any(len(c.candidates) > 1 for c in s.choices))
+    seq.choices = [c for c in seq.choices if len(c.candidates) > 1][:1]  # (a single candidate has log pi = 0)
+    seq.advantage = advantage
+    with torch.no_grad():
+        before = algos.pg.choice_logprobs(model, [seq], CPU)[0][0, 0]
+    PolicyGradient(model, PGConfig(lr=3e-3)).update([seq])
+    with torch.no_grad():
+        after = algos.pg.choice_logprobs(model, [seq], CPU)[0][0, 0]
+    assert (after - before) * advantage > 0.01
