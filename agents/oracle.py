@@ -52,6 +52,7 @@ class _Plan:
     page: PageView | None = None
     chunk: int = 0
     jump: bool = False
+    acted: int = 0  # steps taken in this session: a session that has done nothing yet never compacts
 
 
 class OracleAgent(Agent):
@@ -125,8 +126,9 @@ class OracleAgent(Agent):
         if self.error_rate and rng.random() < self.error_rate:
             return self._mistake(plan, rng)
         if self.compact_at is not None and info.get("context_tokens", 0) > self.compact_at * self.session_max_tokens \
-                and plan.done > 0 and not self._reading(plan):
+                and plan.done > 0 and plan.acted > 0 and not self._reading(plan):
             return self._compact(plan, plans, sid)
+        plan.acted += 1
         if plan.forks:
             sub = plan.forks.pop(0)
             plan.done += len(sub.gold_path)

@@ -286,3 +286,16 @@ def test_oracle_solves_every_test_task(env_id, compact_at, fork):
     assert used_fork == (fork and env.unwrapped.allow_fork)
     if compact_at is not None and env.unwrapped.allow_compact:
         assert used_compact
+
+
+@pytest.mark.parametrize("window", [400, 600])
+def test_oracle_in_a_window_barely_larger_than_the_question_compacts_only_after_acting(window):
+    # With the system prompt and question already past compact_at of the window, a fresh session must act
+    # before it compacts again (it used to compact at once, forever, never reaching the search).
+    env = make("mosaic/WebQA-v0", hops=1, session_max_tokens=window, max_steps=12)
+    agent = OracleAgent(env, compact_at=0.5)
+    for task in env.unwrapped.site.tasks_for("test")[:10]:
+        _, info, history = run(env, agent, options={"task_id": task.id})
+        actions = [h[0] for h in history[1:]]
+        assert info["num_sessions"] > 1 and actions[0].startswith("search"), actions
+        assert not any(a.startswith("compact") and b.startswith("compact") for a, b in zip(actions, actions[1:]))
