@@ -29,8 +29,7 @@ import torch  # noqa: E402
 
 import envs  # noqa: E402, F401  (registers the environments)
 from agents.llm import LLMAgent  # noqa: E402
-from agents.models import load_model  # noqa: E402
-from bench.common import emit, figure, machine, torch_machine  # noqa: E402
+from bench.common import emit, figure, fill_defaults, load_bench_model, machine, torch_machine  # noqa: E402
 from envs.actions import format_action  # noqa: E402
 
 ENV_ID = "mosaic/WebQA-v0"
@@ -173,21 +172,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0, help="env and sampling seed")
     parser.add_argument("--out", type=Path, help="also write the JSON here")
     args = parser.parse_args(argv)
-    quick = dict(model="tiny-1m", batch=4, steps=3, max_new_tokens=16, long_tokens=1024)
-    full = dict(model="tiny-3m", batch=8, steps=6, max_new_tokens=32, long_tokens=2048)
-    for key, value in (quick if args.quick else full).items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
-    return args
+    return fill_defaults(args, quick=dict(model="tiny-1m", batch=4, steps=3, max_new_tokens=16, long_tokens=1024),
+                         full=dict(model="tiny-3m", batch=8, steps=6, max_new_tokens=32, long_tokens=2048))
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     """The whole benchmark, as ``args`` (from :func:`parse_args`) set it, as one JSON-ready dict."""
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    model, tokenizer = load_model(args.model)
-    model = model.to(device)
+    model, tokenizer, device = load_bench_model(args)
     return {
         "bench": "rollout",
         "quick": args.quick,

@@ -38,12 +38,11 @@ import torch.nn.functional as F  # noqa: E402
 import envs  # noqa: E402, F401  (registers the environments)
 from agents import OracleAgent  # noqa: E402
 from agents.llm import LLMAgent  # noqa: E402
-from agents.models import load_model  # noqa: E402
 from algos.bc import TeacherForcing  # noqa: E402
 from algos.config import PGConfig  # noqa: E402
 from algos.pg import PolicyGradient, micro_batches  # noqa: E402
 from algos.rollout import Collector, Request, TrainSequence, session_sequences  # noqa: E402
-from bench.common import emit, figure, machine, torch_machine  # noqa: E402
+from bench.common import emit, figure, fill_defaults, load_bench_model, machine, torch_machine  # noqa: E402
 
 ENV_ID = "mosaic/WebQA-v0"
 PACKAGES = ("torch", "transformers", "tokenizers", "gymnasium")
@@ -108,22 +107,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.repeat is not None and args.repeat < 1:
         parser.error("--repeat must be at least 1")
-    quick = dict(model="tiny-1m", episodes=4, hops=1, repeat=1)
-    full = dict(model="tiny-3m", episodes=2, repeat=3)
-    defaults = quick if args.quick else full
-    for key, value in defaults.items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
-    return args
+    return fill_defaults(args, quick=dict(model="tiny-1m", episodes=4, hops=1, repeat=1),
+                         full=dict(model="tiny-3m", episodes=2, repeat=3))
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     """The whole benchmark, as ``args`` (from :func:`parse_args`) set it, as one JSON-ready dict."""
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    model, tokenizer = load_model(args.model)
-    model = model.to(device)
+    model, tokenizer, device = load_bench_model(args)
     sequences = sequences_from_oracle(model, tokenizer, args, device)
     config = PGConfig(device=device)
     learner = PolicyGradient(model, config)

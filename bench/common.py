@@ -49,6 +49,28 @@ def torch_machine() -> dict[str, Any]:
     }
 
 
+def fill_defaults(args: Any, quick: dict[str, Any], full: dict[str, Any]) -> Any:
+    """Set every option the user left at ``None`` from ``quick`` (``args.quick``) or ``full``; returns ``args``."""
+    for key, value in (quick if args.quick else full).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    return args
+
+
+def load_bench_model(args: Any) -> tuple[Any, Any, str]:
+    """``args.threads`` torch threads, then ``args.model`` loaded on the GPU if there is one, else the CPU;
+    returns ``(model, tokenizer, device)``."""
+    import torch
+
+    from agents.models import load_model
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model, tokenizer = load_model(args.model)
+    return model.to(device), tokenizer, device
+
+
 def figure(name: str, value: float, unit: str, baseline: str | None = None, baseline_value: float | None = None,
            baseline_unit: str | None = None) -> dict[str, Any]:
     """One row of a summary: a measured ``value`` beside its bare ``baseline`` (what the same work costs with
