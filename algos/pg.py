@@ -31,6 +31,7 @@ Example:
 from __future__ import annotations
 
 import copy
+import inspect
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -68,65 +69,88 @@ def sequence_logprobs(model: torch.nn.Module, sequences: Sequence[TrainSequence]
 
 def choice_logprobs(model: torch.nn.Module, sequences: Sequence[TrainSequence], device: torch.device
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Log-probs of the chosen candidates, ``logp[b, j]`` for choice ``j`` of sequence ``b``, in one pass.
+    """Log-probs of the chosen candidates, ``logp[b, j]`` for choice ``j`` of sequence ``b``.
 
-    Each sequence's candidates are appended after it as branches of a tree: a candidate token attends to the
-    sequence's first ``prompt_len`` tokens and to its own candidate's earlier tokens, at the positions it
-    would have right after that prefix (as :class:`agents.llm.LLMAgent` scored them when acting).
+    Two passes, as :class:`agents.llm.LLMAgent` scored the candidates when acting: the sequences (causal, with
+    a cache), then every candidate of every choice at once as branches of a tree over that cache: a candidate
+    token attends to its sequence's first ``prompt_len`` tokens and to its own candidate's earlier tokens, at
+    the positions it would have right after that prefix. Gradients flow through both passes.
     Returns ``(logp, old, mask)`` of shape ``(B, J)``: the current and the sampling-time log-probs, and which
     ``(b, j)`` hold a choice.
     """
+    from transformers import DynamicCache
+
     from agents.llm import attention_mask_4d
 
-    width = max(s.length for s in sequences)
+    batch = len(sequences)
+    length = max(len(s.token_ids) for s in sequences)
+    width = max(s.length - len(s.token_ids) for s in sequences)
     count = max(len(s.choices) for s in sequences)
-    ids = torch.zeros((len(sequences), width), dtype=torch.long)
-    positions = torch.zeros_like(ids)
-    allowed = torch.zeros((len(sequences), 1, width, width), dtype=torch.bool)
-    # For every candidate token: (row, predicting column, target id); candidates' spans into that list.
-    rows, columns, targets, spans = [], [], [], []
+    ids = torch.zeros((batch, length), dtype=torch.long)
+    attn = torch.zeros_like(ids)
+    cand = torch.zeros((batch, width), dtype=torch.long)
+    positions = torch.zeros_like(cand)
+    allowed = torch.zeros((batch, 1, width, length + width), dtype=torch.bool)
+    # Per candidate: its row, the column whose logits predict its first token, that token, and its length;
+    # per later candidate token: the candidate it belongs to, its column in the tree pass, the token.
+    first_at: list[tuple[int, int, int]] = []
+    sizes: list[int] = []
+    owner, rest_at = [], []
     for b, s in enumerate(sequences):
         n = len(s.token_ids)
         ids[b, :n] = torch.tensor(s.token_ids)
-        positions[b, :n] = torch.arange(n)
-        allowed[b, 0, :n, :n] = torch.ones(n, n, dtype=torch.bool).tril()
-        offset = n
+        attn[b, :n] = 1
+        offset = 0
         for c in s.choices:
-            for cand in c.candidates:
-                k = len(cand)
+            for tokens in c.candidates:
+                k = len(tokens)
                 block = slice(offset, offset + k)
-                ids[b, block] = torch.tensor(cand)
+                cand[b, block] = torch.tensor(tokens)
                 positions[b, block] = c.prompt_len + torch.arange(k)
                 allowed[b, 0, block, : c.prompt_len] = True
-                allowed[b, 0, block, block] = torch.ones(k, k, dtype=torch.bool).tril()
-                spans.append((len(targets), k))
-                rows += [b] * k
-                columns += [c.prompt_len - 1] + list(range(offset, offset + k - 1))
-                targets += cand
+                allowed[b, 0, block, length + offset : length + offset + k] = torch.ones(k, k, dtype=torch.bool).tril()
+                first_at.append((b, c.prompt_len - 1, tokens[0]))
+                owner += [len(sizes)] * (k - 1)
+                rest_at += [(b, offset + i, tokens[i + 1]) for i in range(k - 1)]
+                sizes.append(k)
                 offset += k
         pad = torch.arange(offset, width)
-        allowed[b, 0, pad, pad] = True  # padding attends to itself only, so every query has a key
-    keep = torch.tensor(sorted(set(columns)))
-    where = {int(col): i for i, col in enumerate(keep)}
-    logits = model(input_ids=ids.to(device), position_ids=positions.to(device),
-                   attention_mask=attention_mask_4d(model, allowed.to(device)),
-                   logits_to_keep=keep.to(device)).logits.float()
-    token_logp = torch.log_softmax(logits[torch.tensor(rows), torch.tensor([where[c] for c in columns])], -1)
-    token_logp = token_logp.gather(1, torch.tensor(targets, device=device)[:, None]).squeeze(1)
-    logp = torch.zeros((len(sequences), count), device=device)
-    old = torch.zeros_like(logp)
-    mask = torch.zeros_like(logp, dtype=torch.bool)
-    span = iter(spans)
-    for b, s in enumerate(sequences):
-        for j, c in enumerate(s.choices):
-            scores = []
-            for _ in c.candidates:
-                start, k = next(span)
-                total = token_logp[start : start + k].sum()
-                scores.append(total / k if c.length_normalize else total)
-            logp[b, j] = torch.log_softmax(torch.stack(scores) / c.temperature, -1)[c.index]
-            old[b, j] = c.old_logprob
-            mask[b, j] = True
+        allowed[b, 0, pad, length + pad] = True  # padding attends to itself only, so every query has a key
+    keep = sorted({col for _, col, _ in first_at})
+    column = {col: i for i, col in enumerate(keep)}
+    cache = DynamicCache()
+    cache_kwarg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    first = model(input_ids=ids.to(device), attention_mask=attn.to(device), use_cache=True,
+                  logits_to_keep=torch.tensor(keep, device=device), **{cache_kwarg: cache}).logits
+    rest = model(input_ids=cand.to(device), position_ids=positions.to(device), use_cache=True,
+                 attention_mask=attention_mask_4d(model, allowed.to(device)), **{cache_kwarg: cache}).logits
+    # One gather each (indexing many slices would make the backward pass build a full-size gradient per slice).
+    f = torch.tensor([(b, column[col], t) for b, col, t in first_at], device=device)
+    scores = torch.log_softmax(first[f[:, 0], f[:, 1]].float(), -1).gather(1, f[:, 2:]).squeeze(1)
+    if rest_at:
+        r = torch.tensor(rest_at, device=device)
+        later = torch.log_softmax(rest[r[:, 0], r[:, 1]].float(), -1).gather(1, r[:, 2:]).squeeze(1)
+        scores = scores.index_add(0, torch.tensor(owner, device=device), later)
+    # Each choice's candidates as one row of a (choices, most candidates) table, -inf past its own.
+    choices = [(b, j, c) for b, s in enumerate(sequences) for j, c in enumerate(s.choices)]
+    most = max(len(c.candidates) for _, _, c in choices)
+    slot = []
+    for i, (_, _, c) in enumerate(choices):
+        slot += [i * most + m for m in range(len(c.candidates))]
+    sizes_t = torch.tensor(sizes, dtype=torch.float, device=device)
+    normalize = torch.tensor([c.length_normalize for _, _, c in choices for _ in c.candidates], device=device)
+    scores = torch.where(normalize, scores / sizes_t, scores)
+    table = torch.full((len(choices) * most,), float("-inf"), device=device).index_put(
+        (torch.tensor(slot, device=device),), scores).view(len(choices), most)
+    temperature = torch.tensor([c.temperature for _, _, c in choices], device=device)[:, None]
+    picked = torch.tensor([c.index for _, _, c in choices], device=device)[:, None]
+    chosen = torch.log_softmax(table / temperature, -1).gather(1, picked).squeeze(1)
+    rows = torch.tensor([b for b, _, _ in choices], device=device)
+    cols = torch.tensor([j for _, j, _ in choices], device=device)
+    logp = torch.zeros((batch, count), device=device).index_put((rows, cols), chosen)
+    old = torch.zeros_like(logp).index_put(
+        (rows, cols), torch.tensor([c.old_logprob for _, _, c in choices], device=device))
+    mask = torch.zeros_like(logp, dtype=torch.bool).index_put((rows, cols), torch.ones_like(rows, dtype=torch.bool))
     return logp, old, mask
 
 

@@ -122,6 +122,9 @@ def train(config: TrainConfig, log: Any = print) -> dict[str, Any]:
     model.save_pretrained(out / "final")
     tokenizer.save_pretrained(out / "final")
     summary.update(algo=config.algo, iterations=config.iterations, run=str(out), model=str(out / "final"))
+    if "per_task" in summary["success_warm_start"]:
+        summary["rl_gain"], summary["rl_gain_stderr"] = paired_gain(summary["success_warm_start"],
+                                                                    summary["success_final"])
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     from .plots import plot_training
 
@@ -209,9 +212,28 @@ def evaluate(agent: LLMAgent, collector: Collector, env: gym.Env, config: TrainC
         runs = collector.run(agent, requests, progress=label)
     finally:
         agent.generator.set_state(sampling)
+    per_task: dict[str, list[float]] = {}
+    for r in runs:
+        per_task.setdefault(r.task_id, []).append(r.reward)
     return {"success": float(np.mean([r.reward for r in runs])),
             "sessions": float(np.mean([r.num_sessions for r in runs])),
-            "steps": float(np.mean([r.tree["steps_used"] for r in runs])), "episodes": len(runs)}
+            "steps": float(np.mean([r.tree["steps_used"] for r in runs])), "episodes": len(runs),
+            "per_task": {k: float(np.mean(v)) for k, v in per_task.items()}}
+
+
+def paired_gain(before: dict[str, Any], after: dict[str, Any]) -> tuple[float, float]:
+    """Mean held-out gain over the test tasks and its standard error, pairing each task with itself.
+
+    Both evaluations run the same tasks with the same reset seeds, so the task-to-task spread (some tasks are
+    solved almost always, some almost never) cancels out of the difference.
+
+    Example:
+        >>> paired_gain({"per_task": {"a": 0.5, "b": 0.0}}, {"per_task": {"a": 1.0, "b": 0.5}})
+        (0.5, 0.0)
+    """
+    diffs = np.array([after["per_task"][k] - v for k, v in before["per_task"].items()])
+    stderr = float(diffs.std(ddof=1) / np.sqrt(len(diffs))) if len(diffs) > 1 else float("nan")
+    return float(diffs.mean()), stderr
 
 
 def _model(config: TrainConfig, env: gym.Env, out: Path):
@@ -249,4 +271,6 @@ def _report(summary: dict[str, Any]) -> str:
     return "\n".join(
         [f"held-out results ({summary.get('algo')}, {summary.get('iterations')} RL iterations, run {summary.get('run')}):"]
         + [f"  {name:<18} {r['success']:.3f} success, {r['sessions']:.2f} sessions per trajectory, "
-           f"{r['steps']:.1f} steps ({r['episodes']} episodes)" for name, r in rows])
+           f"{r['steps']:.1f} steps ({r['episodes']} episodes)" for name, r in rows]
+        + ([f"  RL gain {summary['rl_gain']:+.3f} +- {summary['rl_gain_stderr']:.3f} (mean over test tasks, paired, "
+            f"+- one standard error)"] if "rl_gain" in summary else []))

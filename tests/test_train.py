@@ -89,6 +89,11 @@ def test_a_tiny_run_writes_metrics_summary_plot_and_checkpoint(request, run):
     for key in ("success_initial", "success_warm_start", "success_final"):
         assert 0.0 <= summary[key]["success"] <= 1.0 and summary[key]["episodes"] > 0
     assert summary["iterations"] == iterations
+    # The gain is paired task by task, over every test task (each run eval_episodes times).
+    before, after = summary["success_warm_start"], summary["success_final"]
+    assert set(before["per_task"]) == set(after["per_task"])
+    assert sum(before["per_task"].values()) / len(before["per_task"]) == pytest.approx(before["success"])
+    assert summary["rl_gain"] == pytest.approx(after["success"] - before["success"])
     image = matplotlib.image.imread(out / "training.png")
     assert (out / "training.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and image.shape[0] > 100
     payload = torch.load(out / "checkpoint.pt", map_location="cpu", weights_only=False)
@@ -196,3 +201,9 @@ def test_checkpoint_survives_a_crash_while_it_is_being_replaced(tmp_path, monkey
     assert payload["step"] == 1 and payload["extra"] == {"note": "good"}
     assert all(torch.equal(fresh.state_dict()[k], good[k]) for k in good)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.pt"]  # no temporary file left behind
+
+
+def test_docstring_examples_run():
+    import doctest
+
+    assert doctest.testmod(algos.train).failed == 0
