@@ -40,28 +40,30 @@ class TrainConfig:
     algo: str = "mosaic"  # credit assignment: "broadcast" or "mosaic"
     env_id: str = "mosaic/WebQA-v0"  # environment id
     env_kwargs: dict = field(default_factory=lambda: {
-        "site_size": 600, "hops": 1, "max_steps": 6, "candidates": True})  # gym.make kwargs
+        "site_size": 600, "hops": 1, "max_steps": 8, "candidates": True,
+        "session_max_tokens": 600})  # gym.make kwargs: a window that holds a search and one page, so two sessions
+    # are needed: search and read, compact (the env asks), then answer from the summary
     model: str = "tiny-1m"  # tiny-1m | tiny-3m | tiny-10m | smollm2 | a folder | a hub id
     mode: str = "choose"  # LLMAgent mode: "choose" (score candidates) or "generate" (free text)
     temperature: float = 1.0  # sampling temperature during RL
-    bc_episodes: int = 200  # oracle demonstrations for the warm start (0: no warm start)
+    bc_episodes: int = 100  # oracle demonstrations for the warm start (0: no warm start)
     bc_epochs: int = 2  # passes over the demonstrations
     bc_lr: float = 2e-3  # warm-start learning rate
-    bc_compact_at: float | None = 0.5  # oracle compacts past this fraction of the window (None: never)
+    bc_compact_at: float | None = None  # oracle compacts past this fraction of the window (None: when asked)
     bc_fork: bool = True  # oracle forks one subagent per sub-question
-    iterations: int = 10  # RL iterations (one policy-gradient step each)
+    iterations: int = 15  # RL iterations (one policy-gradient step each)
     tasks_per_iter: int = 6  # groups per iteration
     group_size: int = 8  # trajectories per group (one task, one budget)
     budgets: str | None = None  # BudgetMix spec ("8", "4,8,16", "log:4-32", "schedule:0=4,20=8"); None: env's
     estimator: str = "rollout"  # Mosaic's marginal contribution: "rollout" or "likelihood"
     continuations: int = 2  # Mosaic rollout estimator: continuations M per session boundary
-    eval_episodes: int = 2  # held-out runs per test task for the success rate
+    eval_episodes: int = 4  # held-out runs per test task for the success rate
     eval_initial: bool = False  # also measure held-out success before the warm start
     num_envs: int = 48  # envs stepped side by side
     seed: int = 0  # seeds everything
     out: str = "runs/train"  # run folder: config, model, checkpoint, metrics, plot
     resume: bool = False  # continue from out/checkpoint.pt
-    pg: PGConfig = field(default_factory=lambda: PGConfig(lr=1e-3))  # learner settings
+    pg: PGConfig = field(default_factory=lambda: PGConfig(lr=1e-3, micro_batch_tokens=32768))  # learner settings
 
     def __post_init__(self):
         if self.algo not in ("broadcast", "mosaic"):

@@ -207,3 +207,16 @@ def test_docstring_examples_run():
     import doctest
 
     assert doctest.testmod(algos.train).failed == 0
+
+
+def test_train_command_without_arguments_is_the_embedded_default():
+    from algos.cli import build_parser
+    from algos.commands.train import config_from_args
+
+    config = config_from_args(build_parser().parse_args(["train"]))
+    default = TrainConfig()
+    assert {k: v for k, v in config.env_kwargs.items() if k != "site_seed"} == default.env_kwargs
+    for name in ("algo", "model", "mode", "bc_episodes", "bc_epochs", "bc_compact_at", "iterations", "tasks_per_iter",
+                 "group_size", "estimator", "continuations", "eval_episodes", "num_envs", "seed"):
+        assert getattr(config, name) == getattr(default, name), name
+    assert config.pg == default.pg
