@@ -51,7 +51,7 @@ class TrainConfig:
     bc_lr: float = 2e-3  # warm-start learning rate
     bc_compact_at: float | None = None  # oracle compacts past this fraction of the window (None: when asked)
     bc_fork: bool = True  # oracle forks one subagent per sub-question
-    iterations: int = 15  # RL iterations (one policy-gradient step each)
+    iterations: int = 10  # RL iterations (one policy-gradient step each)
     tasks_per_iter: int = 6  # groups per iteration
     group_size: int = 8  # trajectories per group (one task, one budget)
     budgets: str | None = None  # BudgetMix spec ("8", "4,8,16", "log:4-32", "schedule:0=4,20=8"); None: env's

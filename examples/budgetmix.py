@@ -1,9 +1,10 @@
 """BudgetMix vs a fixed budget: train both from one warm start, compare their Pass@(1,T) curves.
 
 RL gains are known to shrink when the step budget at test time is smaller than the one trained with. This
-example warm-starts one tiny policy, then runs RL twice from it: once with a fixed budget, once with BudgetMix
-(each group's budget drawn from a set), and measures Pass@(1,T) on held-out tasks for several T with the
-budget told to the agent (the ``rerun`` protocol).
+example warm-starts one tiny policy on the embedded demo's tasks (``mosaic train``'s defaults, with the steps
+left shown to the agent), then runs RL twice from it: once with a fixed budget, once with BudgetMix (each
+group's budget drawn from a set), and measures Pass@(1,T) on held-out tasks for several T with the budget
+told to the agent (the ``rerun`` protocol), for the warm start too.
 
     python examples/budgetmix.py --out runs/budgetmix          # about 25 minutes on 2 CPU cores
     python examples/budgetmix.py --quick --out /tmp/budgetmix  # a smoke run (a minute or two)
@@ -36,16 +37,16 @@ def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--out", default="runs/budgetmix", help="folder for the runs and results")
     p.add_argument("--fixed", type=int, default=8, help="the fixed training budget")
-    p.add_argument("--mix", default="3,4,6,8", help="the BudgetMix set (uniform over it)")
+    p.add_argument("--mix", default="2,3,4,6,8", help="the BudgetMix set (uniform over it)")
     p.add_argument("--ts", default="2,3,4,6,8", help="evaluation budgets T")
-    p.add_argument("--n", type=int, default=2, help="samples per held-out task")
+    p.add_argument("--n", type=int, default=4, help="samples per held-out task")
     p.add_argument("--iterations", type=int, default=10, help="RL iterations of each training")
     p.add_argument("--quick", action="store_true", help="tiny settings, for a smoke test")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     out = Path(args.out)
-    base = TrainConfig(algo="broadcast", env_kwargs={"site_size": 600, "hops": 1, "max_steps": args.fixed,
-                                                     "candidates": True, "show_budget": True},
+    demo = TrainConfig()
+    base = TrainConfig(algo=demo.algo, env_kwargs={**demo.env_kwargs, "max_steps": args.fixed, "show_budget": True},
                        iterations=0, seed=args.seed, out=str(out / "warm_start"))
     if args.quick:
         base = dataclasses.replace(base, env_kwargs={**base.env_kwargs, "site_size": 150}, bc_episodes=16,
@@ -56,17 +57,17 @@ def main(argv: list[str] | None = None) -> dict:
     train(base)  # the shared warm start (no RL)
     warm = str(out / "warm_start" / "final")
     results = {}
-    for name, budgets in (("fixed", str(args.fixed)), ("budgetmix", args.mix)):
-        config = dataclasses.replace(base, model=warm, bc_episodes=0, iterations=args.iterations, budgets=budgets,
-                                     out=str(out / name))
-        train(config)
+    for name, budgets in (("warm_start", None), ("fixed", str(args.fixed)), ("budgetmix", args.mix)):
+        if budgets is not None:
+            train(dataclasses.replace(base, model=warm, bc_episodes=0, iterations=args.iterations, budgets=budgets,
+                                      out=str(out / name)))
         model, tokenizer = load_model(str(out / name / "final"))
         agent = LLMAgent(model, tokenizer, mode="choose", seed=args.seed)
         make = lambda: gym.make("mosaic/WebQA-v0", **{**base.env_kwargs, "split": "test"})  # noqa: E731
         result = pass_at_kt(agent, make, ks=[1], ts=ts, n=args.n, protocol="rerun", num_envs=base.num_envs)
         result.save(out / name)
-        results[name] = {"budgets": budgets, "pass_at_1": dict(zip(ts, result.table[0].tolist()))}
-        print(f"{name} ({budgets}):", result.markdown())
+        results[name] = {"budgets": budgets or "none (no RL)", "pass_at_1": dict(zip(ts, result.table[0].tolist()))}
+        print(f"{name} ({results[name]['budgets']}):", result.markdown())
 
     fig = Figure(figsize=(6, 4), dpi=100)
     ax = fig.add_subplot(1, 1, 1)

@@ -48,3 +48,19 @@ def test_custom_agent_is_a_plain_agent_that_solves_easy_tasks(capsys):
         observation, _, terminated, truncated, info = env.step(agent.act(observation, info))
         assert info["action_error"] is None
         done = terminated or truncated
+
+
+def test_budgetmix_example_quick_run_writes_every_curve(tmp_path):
+    import json
+
+    import matplotlib.image
+
+    results = _load("budgetmix").main(["--quick", "--out", str(tmp_path)])
+    assert list(results) == ["warm_start", "fixed", "budgetmix"]
+    for r in results.values():
+        assert sorted(r["pass_at_1"]) == [2, 4, 8] and all(0.0 <= v <= 1.0 for v in r["pass_at_1"].values())
+    assert json.loads((tmp_path / "results.json").read_text())["budgetmix"]["budgets"] == "2,3,4,6,8"
+    image = matplotlib.image.imread(tmp_path / "pass_at_1.png")
+    assert image.shape[0] > 100 and image.shape[1] > 100
+    for name in results:
+        assert (tmp_path / name / "final" / "config.json").is_file()
