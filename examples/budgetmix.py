@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--mix", default="2,3,4,6,8", help="the BudgetMix set (uniform over it)")
     p.add_argument("--ts", default="2,3,4,6,8", help="evaluation budgets T")
     p.add_argument("--n", type=int, default=4, help="samples per held-out task")
-    p.add_argument("--iterations", type=int, default=10, help="RL iterations of each training")
+    p.add_argument("--iterations", type=int, default=8, help="RL iterations of each training")
     p.add_argument("--quick", action="store_true", help="tiny settings, for a smoke test")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
