@@ -6,7 +6,7 @@ left shown to the agent), then runs RL twice from it: once with a fixed budget, 
 group's budget drawn from a set), and measures Pass@(1,T) on held-out tasks for several T with the budget
 told to the agent (the ``rerun`` protocol), for the warm start too.
 
-    python examples/budgetmix.py --out runs/budgetmix          # about 25 minutes alone on 2 CPU cores
+    python examples/budgetmix.py --out runs/budgetmix          # 51 min of CPU time (25+ min on 2 cores)
     python examples/budgetmix.py --quick --out /tmp/budgetmix  # a smoke run (a minute or two)
 
 Writes ``results.json`` (both tables) and ``pass_at_1.png`` (Pass@(1,T) against T, one curve per training).
