@@ -215,8 +215,7 @@ class LLMAgent(Agent):
         self.last_steps: list[AgentStep] = []
         self._sessions: dict[tuple[int, Hashable], _Session] = {}
         self._chat = bool(getattr(tokenizer, "chat_template", None))
-        # Transformers renamed ``past_key_values`` to ``cache`` during v5; pass whichever this model takes.
-        self._cache_kwarg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        self._cache_kwarg = cache_kwarg(model)
         self._pad_id = next(i for i in (tokenizer.pad_token_id, tokenizer.eos_token_id, 0) if i is not None)
         eos = model.generation_config.eos_token_id if model.generation_config is not None else None
         eos = eos if isinstance(eos, list) else [eos]
@@ -261,8 +260,8 @@ class LLMAgent(Agent):
             prompt_ids.append(ids)
             rows.append(_Row(kv, ids[0 if kv is None else kv[0][0].shape[2] :]))
         if forced is not None:
-            results = [(AgentStep(None, [], self.encode_action(a), torch.zeros(len(self.encode_action(a))), a),
-                        None) for a in forced]
+            encoded = [self.encode_action(a) for a in forced]
+            results = [(AgentStep(None, [], ids, torch.zeros(len(ids)), a), None) for ids, a in zip(encoded, forced)]
         elif self.mode == "generate":
             results = self._generate(rows)
         else:
@@ -530,6 +529,11 @@ class LLMAgent(Agent):
 
     def _attention_mask(self, allowed: torch.Tensor) -> torch.Tensor:
         return attention_mask_4d(self.model, allowed.to(self.device))
+
+
+def cache_kwarg(model: PreTrainedModel) -> str:
+    """The forward argument that takes a cache: Transformers renamed ``past_key_values`` to ``cache`` during v5."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
 def attention_mask_4d(model: PreTrainedModel, allowed: torch.Tensor) -> torch.Tensor:

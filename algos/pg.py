@@ -13,8 +13,9 @@ with more sessions does not weigh more for having more rows.
 A choose-mode policy (``LLMAgent(mode="choose")``) acts by sampling one of the env's candidates from the
 softmax of their scores, so its unit is the choice, not the token: for such sequences ``logp`` is
 ``log softmax_c(score_c / T)[chosen]`` over that step's candidates (:func:`choice_logprobs`), and ``N_gen``
-counts choices. (Training the chosen candidate's own tokens instead would miss the ``-E_pi[grad score]`` term.) ``A_s`` comes from :mod:`algos.advantages`
-(``broadcast`` or ``mosaic``), computed per group with statistics once per trajectory.
+counts choices. (Training the chosen candidate's own tokens instead would miss the ``-E_pi[grad score]`` term.)
+``A_s`` comes from :mod:`algos.advantages` (``broadcast`` or ``mosaic``), computed per group with statistics
+once per trajectory.
 
 Example:
     >>> import torch
@@ -31,7 +32,6 @@ Example:
 from __future__ import annotations
 
 import copy
-import inspect
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -80,7 +80,7 @@ def choice_logprobs(model: torch.nn.Module, sequences: Sequence[TrainSequence], 
     """
     from transformers import DynamicCache
 
-    from agents.llm import attention_mask_4d
+    from agents.llm import attention_mask_4d, cache_kwarg
 
     batch = len(sequences)
     length = max(len(s.token_ids) for s in sequences)
@@ -119,11 +119,11 @@ def choice_logprobs(model: torch.nn.Module, sequences: Sequence[TrainSequence], 
     keep = sorted({col for _, col, _ in first_at})
     column = {col: i for i, col in enumerate(keep)}
     cache = DynamicCache()
-    cache_kwarg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    cache_arg = {cache_kwarg(model): cache}
     first = model(input_ids=ids.to(device), attention_mask=attn.to(device), use_cache=True,
-                  logits_to_keep=torch.tensor(keep, device=device), **{cache_kwarg: cache}).logits
+                  logits_to_keep=torch.tensor(keep, device=device), **cache_arg).logits
     rest = model(input_ids=cand.to(device), position_ids=positions.to(device), use_cache=True,
-                 attention_mask=attention_mask_4d(model, allowed.to(device)), **{cache_kwarg: cache}).logits
+                 attention_mask=attention_mask_4d(model, allowed.to(device)), **cache_arg).logits
     # One gather each (indexing many slices would make the backward pass build a full-size gradient per slice).
     f = torch.tensor([(b, column[col], t) for b, col, t in first_at], device=device)
     scores = torch.log_softmax(first[f[:, 0], f[:, 1]].float(), -1).gather(1, f[:, 2:]).squeeze(1)

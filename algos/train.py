@@ -117,7 +117,9 @@ def train(config: TrainConfig, log: Any = print) -> dict[str, Any]:
 
     summary = state["summary"]
     if "success_final" not in summary:
-        summary["success_final"] = evaluate(agent, eval_collector, env, config, "held-out (after RL)")
+        # No RL iteration (a warm start alone): the policy is the one just evaluated.
+        summary["success_final"] = summary["success_warm_start"] if config.iterations == 0 else \
+            evaluate(agent, eval_collector, env, config, "held-out (after RL)")
         save()
     model.save_pretrained(out / "final")
     tokenizer.save_pretrained(out / "final")
