@@ -20,8 +20,12 @@ Example:
 
 from __future__ import annotations
 
+import difflib
 import importlib.metadata
 import json
+import os
+import re
+import socket
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -43,7 +47,7 @@ EOS_TOKEN = "<|endoftext|>"
 SPECIAL_TOKENS = (EOS_TOKEN, *ROLE_TAG.values())
 
 # Runs of letters and digits, runs of whitespace and every other single character are separate pieces before
-# BPE, so a word's tokens never depend on what precedes it (FINDINGS.md: copying across token forms is what
+# BPE, so a word's tokens never depend on what precedes it (docs/findings.md: copying across token forms is what
 # tiny models failed to learn); "_" splits too, so /wiki/Edra_Vane holds the tokens of "Edra" and "Vane", and
 # a call always ends with the token ")" alone.
 _PIECES = Regex(r"[^\W_]+|\s+|\S")
@@ -240,6 +244,81 @@ def load_model(
         return (model.to(dtype) if dtype is not None else model), tokenizer
     if spec == "smollm2":
         return load_smollm2(dtype=dtype or torch.float32)
-    tokenizer = load_tokenizer(spec) if Path(spec).is_dir() else AutoTokenizer.from_pretrained(spec)
-    model = AutoModelForCausalLM.from_pretrained(spec, dtype=dtype or "auto")
+    if Path(spec).is_dir():
+        tokenizer = load_tokenizer(spec)
+        return AutoModelForCausalLM.from_pretrained(spec, dtype=dtype or "auto").eval(), tokenizer
+    return _load_from_hub(check_hub_id(spec), dtype)
+
+
+class ModelSpecError(ValueError):
+    """A model spec that names no model: not a preset, not a folder, not a hub id (or one that cannot load)."""
+
+
+PRESETS = tuple(f"tiny-{size}" for size in TINY_SIZES) + ("smollm2",)
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}")
+HUB_HOST = "huggingface.co"
+
+
+def check_hub_id(spec: str) -> str:
+    """``spec`` when it can be a Hugging Face hub id (``owner/name``); a :class:`ModelSpecError` otherwise.
+
+    A bare word is never sent to the hub: a typo such as ``Random`` would otherwise cost a download attempt
+    and its retries. (Hub models without an owner, such as ``gpt2``, have namespaced ids too:
+    ``openai-community/gpt2``.)
+
+    >>> check_hub_id("HuggingFaceTB/SmolLM2-135M-Instruct")
+    'HuggingFaceTB/SmolLM2-135M-Instruct'
+    >>> try:
+    ...     check_hub_id("tiny-3M")
+    ... except ModelSpecError as err:
+    ...     print(err)  # doctest: +ELLIPSIS
+    'tiny-3M' is not a model: use one of tiny-1m, ... (did you mean 'tiny-3m'?)
+    """
+    if _HUB_ID.fullmatch(spec) and not spec.startswith((".", "/")):
+        return spec
+    if "/" in spec or spec.startswith((".", "~")):
+        raise ModelSpecError(f"{spec!r} is not a model: there is no folder at {spec} (a model folder is one "
+                             "written by save_pretrained, e.g. runs/mosaic/final)")
+    raise ModelSpecError(f"{spec!r} is not a model: {MODEL_CHOICES}{did_you_mean(spec, PRESETS)}")
+
+
+MODEL_CHOICES = (f"use one of {', '.join(PRESETS)}, a folder written by save_pretrained, or a hub id "
+                 "such as HuggingFaceTB/SmolLM2-135M-Instruct")
+
+
+def did_you_mean(name: str, known: Sequence[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``known`` (case ignored), or ``""``."""
+    lowered = {k.lower(): k for k in known}
+    close = difflib.get_close_matches(name.lower(), list(lowered), n=1, cutoff=0.6)
+    return f" (did you mean {lowered[close[0]]!r}?)" if close else ""
+
+
+def _load_from_hub(hub_id: str, dtype: torch.dtype | None) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """A hub model from the local cache, else downloaded: one attempt, and only when the hub can be reached."""
+    try:
+        return _from_pretrained(hub_id, dtype, local_files_only=True)
+    except OSError:
+        pass  # not in the cache
+    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes") or not _reachable(HUB_HOST):
+        raise ModelSpecError(f"{hub_id!r} is not in the local Hugging Face cache and {HUB_HOST} cannot be "
+                             f"reached (offline?): download it where there is a network, or {MODEL_CHOICES}")
+    try:
+        return _from_pretrained(hub_id, dtype, local_files_only=False)
+    except OSError as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ModelSpecError(f"could not load {hub_id!r} from the Hugging Face hub: {first}") from None
+
+
+def _from_pretrained(hub_id: str, dtype: torch.dtype | None, local_files_only: bool):
+    tokenizer = AutoTokenizer.from_pretrained(hub_id, local_files_only=local_files_only)
+    model = AutoModelForCausalLM.from_pretrained(hub_id, dtype=dtype or "auto", local_files_only=local_files_only)
     return model.eval(), tokenizer
+
+
+def _reachable(host: str, port: int = 443, timeout_s: float = 3.0) -> bool:
+    """Whether one TCP connection to ``host`` opens within ``timeout_s`` (no retries, nothing sent)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False

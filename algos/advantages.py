@@ -6,14 +6,14 @@ advantage per *session row*. ``session_traj[s]`` names the trajectory that sessi
 
 Group statistics of the rewards are taken once per trajectory, never once per session row: a trajectory that
 used more sessions must not pull the baseline towards itself. Equation numbers refer to
-``ALGORITHMS.md`` (beside the repository):
+``docs/algorithms.md``:
 
-* (B)   broadcast: ``A_i = (R_i - mean_j R_j) / (std_j R_j + eps)``, every session of ``i`` gets ``A_i``.
-* (M1)  session usage: ``U_i = -(K_i - mean_{j in S} K_j) / (std_{j in S} K_j + eps)`` for ``i`` in the
+* (1-2) broadcast: ``A_i = (R_i - mean_j R_j) / (std_j R_j + eps)``, every session of ``i`` gets ``A_i``.
+* (3-4) session usage: ``U_i = -(K_i - mean_{j in S} K_j) / (std_{j in S} K_j + eps)`` for ``i`` in the
   successful set ``S`` when ``|S| >= 2``, else 0; ``A_i = z(R)_i + lambda_use * U_i``.
-* (M2)  session level: ``A_{i,k} = clip(A_i + beta * z(D)_{i,k}, -c, c)``, ``z`` over all sessions of the group.
-* (M2r) rollout contribution: ``D = V(end of session) - V(start of session)``.
-* (M2l) likelihood contribution: ``D = log p(gold | context after) - log p(gold | context before)``.
+* (5)   session level: ``A_{i,k} = clip(A_i + beta * z(D)_{i,k}, -c, c)``, ``z`` over all sessions of the group.
+* (6-7) rollout contribution: ``D = V(end of session) - V(start of session)``.
+* (8)   likelihood contribution: ``D = log p(gold | context after) - log p(gold | context before)``.
 
 Choices of ours, where the papers give none: ``std`` is the population standard deviation (``ddof=0``);
 ``normalize_std=False`` (the Dr. GRPO variant) drops the division only in the reward term, because the
@@ -85,7 +85,7 @@ def broadcast(
     normalize_std: bool = True,
     eps: float = 1e-6,
 ) -> np.ndarray:
-    """Broadcast advantage (B): every session gets its trajectory's group-normalised reward.
+    """Broadcast advantage (eqs. 1-2): every session gets its trajectory's group-normalised reward.
 
     ``A_i = (R_i - mean_j R_j) / (std_j R_j + eps)``, statistics over the G trajectories; with
     ``normalize_std=False`` it is ``R_i - mean_j R_j`` (Dr. GRPO).
@@ -115,7 +115,7 @@ def session_usage(
     success_threshold: float = 0.5,
     eps: float = 1e-6,
 ) -> np.ndarray:
-    """Session-usage signal (M1): among successes, fewer sessions than the others is better.
+    """Session-usage signal (eq. 3): among successes, fewer sessions than the others is better.
 
     ``U_i = -(K_i - mean_{j in S} K_j) / (std_{j in S} K_j + eps)`` for ``i`` in ``S = {i : R_i >=
     success_threshold}`` when ``|S| >= 2``; 0 otherwise, so a failure never gains from using few sessions.
@@ -158,7 +158,7 @@ def mosaic(
     success_threshold: float = 0.5,
     eps: float = 1e-6,
 ) -> np.ndarray:
-    """Mosaic advantage (M1 + M2): trajectory level with session usage, plus each session's contribution.
+    """Mosaic advantage (eqs. 3-5): trajectory level with session usage, plus each session's contribution.
 
     ``A_i = z(R)_i + lambda_use * U_i`` with ``K_i`` the number of rows of trajectory ``i`` in
     ``session_traj``; then ``A_{i,k} = clip(A_i + beta * z(D)_{i,k}, -clip, clip)`` with ``z(D)`` taken over
@@ -202,7 +202,7 @@ def mosaic(
 
 
 def rollout_contributions(values_start: ArrayLike, values_end: ArrayLike) -> np.ndarray:
-    """Rollout contribution (M2r): ``D = V_end - V_start`` per session, ``V`` a mean reward of continuations.
+    """Rollout contribution (eqs. 6-7): ``D = V_end - V_start`` per session, ``V`` a mean reward of continuations.
 
     What ``V_start`` and ``V_end`` are, per session kind:
 
@@ -235,7 +235,7 @@ def compaction_chain_contributions(
     group_mean: float,
     reward: float,
 ) -> np.ndarray:
-    """Rollout contributions (M2r) of the K sessions of one compaction chain, in order.
+    """Rollout contributions (eq. 6) of the K sessions of one compaction chain, in order.
 
     The chain's K+1 boundaries are ``[group_mean, *boundary_values, reward]``; session ``k`` gets
     ``D_k = V_{k+1} - V_k``. The contributions telescope: they sum to ``reward - group_mean``.
@@ -260,7 +260,7 @@ def compaction_chain_contributions(
 
 
 def likelihood_contributions(logp_before: ArrayLike, logp_after: ArrayLike) -> np.ndarray:
-    """Likelihood contribution (M2l, IGPO-style): ``D = log p(gold | after) - log p(gold | before)``.
+    """Likelihood contribution (eq. 8, IGPO-style): ``D = log p(gold | after) - log p(gold | before)``.
 
     Both are the current policy's log-probability of the gold ``answer(...)`` action text, summed over its
     tokens. For compaction session ``k``: *before* is the context it started from (task + previous

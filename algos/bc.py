@@ -1,7 +1,7 @@
 """Warm start: behaviour cloning of an ``LLMAgent`` on ``OracleAgent`` demonstrations.
 
 A model that starts from nothing knows neither the action format nor what a good step looks like; sparse
-final reward then gives RL nothing to work with (``FINDINGS.md``). So the oracle plays (compacting and
+final reward then gives RL nothing to work with (``docs/findings.md``). So the oracle plays (compacting and
 forking where its knobs say), and the student records, at every step, the exact tokens it would have
 conditioned on and the oracle's action as its own output (:class:`TeacherForcing`). Each session becomes one
 training sequence, the loss on the action tokens only.

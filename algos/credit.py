@@ -1,4 +1,4 @@
-"""Mosaic's session-level term: each session's estimated marginal contribution D (``ALGORITHMS.md`` 2).
+"""Mosaic's session-level term: each session's estimated marginal contribution D (docs/algorithms.md, eqs. 5-8).
 
 Sessions form chains: a root or fork session, then the compaction sessions that continue it. A chain starts
 from a value and ends at a value; each compaction boundary inside it has a value too; a session's D is the

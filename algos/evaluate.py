@@ -368,7 +368,7 @@ def pass_at_kt(
 ) -> PassAtKTResult:
     """Runs ``agent`` ``n`` times on each task and measures Pass@(K,T) with the unbiased estimator.
 
-    Two protocols (``ALGORITHMS.md``):
+    Two protocols (``docs/algorithms.md``, section 5):
 
     - ``"truncate"``: one run per (task, sample) under budget ``max(ts)``; a run is correct within T when
       it answered correctly having used at most T steps, and its sessions and steps under T are those it had

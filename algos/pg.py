@@ -1,7 +1,7 @@
 """Policy gradient for LLM policies across sessions: broadcast or Mosaic credit, one loss, read top to bottom.
 
 Every session is its own training sequence (its own context), with the loss on the tokens the model
-generated in it. The objective (``ALGORITHMS.md`` section 3) for a batch of sessions s with tokens t:
+generated in it. The objective (``docs/algorithms.md``, eqs. (12)-(15)) for a batch of sessions s with tokens t:
 
     ratio_t = exp(logp_t - old_logp_t)
     loss    = sum_{s,t in gen(s)} -min(ratio_t * A_s, clip(ratio_t, 1 - eps, 1 + eps) * A_s) / N_gen

@@ -46,7 +46,16 @@ TARGET_MIB_PER_ENV = 100
 MIB = 1024 * 1024
 # Two animation frames: the page just shown has painted, so the next timed operation starts on an idle browser
 # (as it would after an agent's think time) instead of paying for the last one's rendering.
+# Pages without JavaScript (the backend's default) never run the callbacks, so they are not settled this way:
+# see settle().
 SETTLE = "() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))"
+
+
+def settle(page: Any, javascript: bool) -> None:
+    """Wait for two animation frames where the page runs scripts; a page without them has nothing to wait for
+    (and ``page.evaluate`` of a promise there would wait forever: it has no timeout)."""
+    if javascript:
+        page.evaluate(SETTLE)
 
 
 def script(task: Task) -> list[str]:
@@ -96,7 +105,7 @@ def step_times(args: argparse.Namespace, backend: str, bare: "Bare | None" = Non
             if recorder.urls:
                 page_steps.append(elapsed)
                 if bare is not None:
-                    env.unwrapped.backend.page.evaluate(SETTLE)
+                    settle(env.unwrapped.backend.page, env.unwrapped.backend.javascript)
                     goto_s, set_s = bare.show(recorder.urls[-1], env.unwrapped.site.render(recorder.urls[-1]))
                     bare_goto.append(goto_s)
                     bare_set.append(set_s)
@@ -125,7 +134,9 @@ class Bare:
     def __init__(self, backend: PlaywrightBackend):
         assert backend.page is not None, "start an episode first"
         self.html = ""
-        self.context = backend.page.context.browser.new_context(service_workers="block")
+        self.javascript = backend.javascript  # the same page settings as the env's, for a fair baseline
+        self.context = backend.page.context.browser.new_context(service_workers="block",
+                                                                java_script_enabled=self.javascript)
         self.context.route("**/*", self.serve)
         self.goto_page = self.context.new_page()
         self.set_page = self.context.new_page()
@@ -141,11 +152,11 @@ class Bare:
         start = time.perf_counter()
         self.goto_page.goto(ORIGIN + url, wait_until="load")
         goto_s = time.perf_counter() - start
-        self.goto_page.evaluate(SETTLE)
+        settle(self.goto_page, self.javascript)
         start = time.perf_counter()
         self.set_page.set_content(html, wait_until="load")
         set_s = time.perf_counter() - start
-        self.set_page.evaluate(SETTLE)
+        settle(self.set_page, self.javascript)
         return goto_s, set_s
 
 
@@ -189,7 +200,8 @@ def memory_per_env(args: argparse.Namespace) -> dict[str, Any]:
     bare_samples = {}
     for count in (1, args.envs):
         while len(bare) < count:
-            context = browser.new_context(service_workers="block")
+            context = browser.new_context(service_workers="block",
+                                          java_script_enabled=opened[0].unwrapped.backend.javascript)
             context.new_page().set_content(html, wait_until="load")
             bare.append(context)
         time.sleep(0.5)

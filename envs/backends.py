@@ -16,6 +16,7 @@ from __future__ import annotations
 import weakref
 from collections import OrderedDict
 
+from .actions import ActionError
 from .web.browser import CHUNK_TOKENS, PageView, html_to_view
 from .web.site import Site
 
@@ -23,6 +24,11 @@ from .web.site import Site
 class BrowserCrashed(RuntimeError):
     """The backend's browser failed and could not be brought back; the env truncates the episode with reason
     ``"browser_crashed"``."""
+
+
+class BrowserTimeout(ActionError):
+    """A page kept the browser busy past the backend's timeout (a script that never ends, say). The browser
+    was restarted and the episode goes on: the env shows the message to the agent as the action's error."""
 
 
 class Backend:
@@ -79,12 +85,19 @@ class TextBackend(Backend):
         return view
 
 
-def make_backend(name: str, site: Site, chunk_tokens: int = CHUNK_TOKENS) -> Backend:
-    """The backend called ``name``: ``"text"`` or ``"playwright"``."""
+def make_backend(
+    name: str, site: Site, chunk_tokens: int = CHUNK_TOKENS, browser_javascript: bool = False
+) -> Backend:
+    """The backend called ``name``: ``"text"`` or ``"playwright"``; ``browser_javascript`` runs the pages'
+    scripts (Playwright only)."""
+    if not isinstance(browser_javascript, bool):
+        raise ValueError(f"browser_javascript must be True or False, got {browser_javascript!r}")
     if name == "text":
+        if browser_javascript:
+            raise ValueError("browser_javascript=True needs backend='playwright': the text backend runs no scripts")
         return TextBackend(site, chunk_tokens)
     if name == "playwright":
         from .playwright_backend import PlaywrightBackend
 
-        return PlaywrightBackend(site, chunk_tokens)
+        return PlaywrightBackend(site, chunk_tokens, javascript=browser_javascript)
     raise ValueError(f"backend={name!r} is unknown: use backend='text' (fast, default) or backend='playwright'")

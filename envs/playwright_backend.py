@@ -42,6 +42,7 @@ import logging
 import os
 import re
 import shutil
+import signal
 import threading
 import urllib.parse
 from dataclasses import dataclass
@@ -49,7 +50,7 @@ from dataclasses import dataclass
 from playwright.sync_api import Browser, BrowserContext, Page, Playwright, Route, WebSocketRoute, sync_playwright
 from playwright.sync_api import Error as PlaywrightError
 
-from .backends import Backend, BrowserCrashed
+from .backends import Backend, BrowserCrashed, BrowserTimeout
 from .web.browser import CHUNK_TOKENS, PageView, html_to_view
 from .web.site import Site
 
@@ -62,12 +63,28 @@ CHROMIUM_ARGS = (
     "--disable-gpu",
     "--disable-quic",
     "--no-first-run",
+    # Every host name, IP literals included, resolves to nothing: the only way a socket could open is through
+    # the network stack, and interception answers the site's requests before they reach it. This also stops
+    # what interception never sees: <link rel=preconnect>, DNS prefetch, and Chromium's own calls home.
+    "--host-resolver-rules=MAP * ~NOTFOUND",
+    # WebRTC sends UDP without asking the resolver or the interception; allow it no UDP at all.
+    "--webrtc-ip-handling-policy=disable_non_proxied_udp",
+    # Nothing to fetch for Chromium itself: no updates, sync, hyperlink-auditing pings, error reports, or the
+    # Google account and API endpoints the Debian build has keys for.
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
+    "--no-pings",
+    "--disable-domain-reliability",
+    "--gaia-url=" + ORIGIN,
+    "--google-apis-url=" + ORIGIN,
 )
-# Generous for one page of a local site even on a loaded machine; a page that takes longer is stuck.
-TIMEOUT_MS = 20_000
+# Playwright's own switches are kept (its --disable-features list among them, which a second such switch would
+# replace) except this one: with the popup blocker on, a page cannot open windows, as no user ever clicks.
+CHROMIUM_DEFAULT_ARGS_DROPPED = ("--disable-popup-blocking",)
+# How long one page (or one new episode) may keep the browser busy: generous for one page of a local site
+# even on a loaded machine; a page that takes longer is stuck, e.g. in a script that never ends.
+TIMEOUT_S = 10.0
 _NOT_FOUND = ('<!DOCTYPE html><html><head><meta charset="utf-8"><title>Not found</title></head>'
               "<body><h1>Not found</h1><p>There is no page at this address.</p></body></html>")
 _HTML = "text/html; charset=utf-8"
@@ -144,7 +161,7 @@ def _adopt() -> _SharedBrowser:
     return _shared
 
 
-def _browser(executable: str) -> Browser:
+def _browser(executable: str, timeout_s: float) -> Browser:
     """The shared browser, launched now if there is none or it died."""
     shared = _adopt()
     if shared.browser is not None and shared.browser.is_connected():
@@ -154,7 +171,8 @@ def _browser(executable: str) -> Browser:
         shared.playwright = sync_playwright().start()
     try:
         shared.browser = shared.playwright.chromium.launch(
-            executable_path=executable, headless=True, args=list(CHROMIUM_ARGS), timeout=TIMEOUT_MS
+            executable_path=executable, headless=True, args=list(CHROMIUM_ARGS),
+            ignore_default_args=list(CHROMIUM_DEFAULT_ARGS_DROPPED), timeout=_backup_timeout_ms(timeout_s),
         )
     except PlaywrightError as err:
         raise BrowserCrashed(
@@ -178,7 +196,8 @@ def _shutdown() -> None:
     """Close the browser and stop Playwright, if this process started them."""
     if _shared.pid != os.getpid():
         return
-    _close_browser()
+    with _Deadline(TIMEOUT_S):
+        _close_browser()
     playwright, _shared.playwright = _shared.playwright, None
     if playwright is not None:
         playwright.stop()
@@ -188,16 +207,59 @@ def _shutdown() -> None:
 atexit.register(_shutdown)
 
 
+def _backup_timeout_ms(timeout_s: float) -> int:
+    """Playwright's own timeout, only a backup for :class:`_Deadline` (which kills the browser and so ends any
+    call): longer, so that it never fires first and leaves a stuck page running."""
+    return int(3 * timeout_s * 1000)
+
+
+class _Deadline:
+    """Kills this process's Chromium if the browser work inside ``with`` runs past ``seconds``.
+
+    Playwright's timeouts do not cover every call (``page.evaluate`` has none), and a page stuck in a script
+    never answers one. Once the browser is killed, whatever call waits on it fails at once; :attr:`expired`
+    tells that failure from a crash, and the next call launches a fresh browser.
+    """
+
+    def __init__(self, seconds: float):
+        self.expired = False
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+
+    def __enter__(self) -> "_Deadline":
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._timer.cancel()
+        self._timer.join()  # a kill under way finishes before the caller reads `expired`
+        if self.expired:
+            _close_browser()  # only forgets it: the browser is dead, and closing a dead one returns at once
+
+    def _expire(self) -> None:
+        self.expired = True
+        log.warning("the browser did not answer within %.1f s; killing it", self._timer.interval)
+        for pid in child_processes():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass  # it ended on its own meanwhile
+
+
 class PlaywrightBackend(Backend):
     """Pages shown by headless Chromium, served from ``site`` by request interception.
 
     Args:
         site: the site to serve at :data:`ORIGIN`.
         chunk_tokens: about how many tokens one chunk of a page holds.
+        javascript: run the pages' scripts. Off by default: the builtin site needs none, and a corpus page's
+            scripts are a corpus author's code running in the agent's browser.
+        timeout_s: the longest one :meth:`view` or :meth:`new_episode` may keep the browser busy.
 
     Attributes:
         blocked_requests: every URL refused so far (other origins, other schemes), in order.
         executable: the Chromium this backend launches when the shared browser is not running.
+        timeout_s: as the argument; may be changed between calls.
 
     Raises:
         ChromiumNotFound: when there is no Chromium to launch (checked here, before any browsing).
@@ -213,9 +275,12 @@ class PlaywrightBackend(Backend):
 
     name = "playwright"
 
-    def __init__(self, site: Site, chunk_tokens: int = CHUNK_TOKENS):
+    def __init__(self, site: Site, chunk_tokens: int = CHUNK_TOKENS, javascript: bool = False,
+                 timeout_s: float = TIMEOUT_S):
         super().__init__(site, chunk_tokens)
         self.executable = chromium_path()
+        self.javascript = javascript
+        self.timeout_s = timeout_s
         self.blocked_requests: list[str] = []
         self._context: BrowserContext | None = None
         self._page: Page | None = None
@@ -228,16 +293,29 @@ class PlaywrightBackend(Backend):
     @property
     def page(self) -> Page | None:
         """The Playwright page of the current episode (for screenshots or your own scripting), or ``None``
-        before the first episode."""
+        before the first episode (or when the browser could not be brought back for this one)."""
         return self._page
 
     def new_episode(self) -> None:
         """Close the last episode's browser context and open a fresh one (no cookies, no storage).
 
-        Raises:
-            BrowserCrashed: Chromium was not running and could not be started.
+        Never raises for the browser's sake: if Chromium dies meanwhile it is started again, and if that fails
+        too the episode starts without a context; its first page tries once more (and the env truncates the
+        episode with reason ``"browser_crashed"`` if that fails).
         """
-        self._open_context()
+        self._check_open()
+        with _Deadline(self.timeout_s) as deadline:
+            for attempt in (1, 2):
+                try:
+                    self._open_context()
+                    return
+                except (PlaywrightError, BrowserCrashed) as err:
+                    failure = err
+                    if deadline.expired:
+                        break
+        self._close_context()
+        log.warning("could not open a browser context for the new episode (%s); its first page will try again",
+                    failure)
 
     def view(self, url: str) -> PageView | None:
         """The page at site path ``url`` as Chromium shows it, or ``None`` when the site has no such page.
@@ -246,6 +324,8 @@ class PlaywrightBackend(Backend):
         ``None``, and the url goes to :attr:`blocked_requests`.
 
         Raises:
+            BrowserTimeout: the page kept the browser busy past :attr:`timeout_s`; the browser was killed and
+                the next call starts a fresh one.
             BrowserCrashed: Chromium failed, was started again, and failed again.
         """
         self._check_open()
@@ -253,15 +333,20 @@ class PlaywrightBackend(Backend):
         if parts.scheme or parts.netloc or not url.startswith("/"):
             self._block(url)
             return None
-        try:
-            return self._show(url)
-        except PlaywrightError as err:
-            log.warning("Chromium failed on %s (%s); starting a fresh context and retrying once", url, err)
-        try:
-            self._open_context()
-            return self._show(url)
-        except (PlaywrightError, BrowserCrashed) as err:
-            raise BrowserCrashed(f"Chromium failed twice on {url}: {err}") from err
+        with _Deadline(self.timeout_s) as deadline:
+            try:
+                return self._show(url)
+            except (PlaywrightError, BrowserCrashed) as err:
+                if deadline.expired:
+                    raise self._timeout(url) from err
+                log.warning("Chromium failed on %s (%s); starting a fresh context and retrying once", url, err)
+            try:
+                self._open_context()
+                return self._show(url)
+            except (PlaywrightError, BrowserCrashed) as err:
+                if deadline.expired:
+                    raise self._timeout(url) from err
+                raise BrowserCrashed(f"Chromium failed twice on {url}: {err}") from err
 
     def close(self) -> None:
         """Close this backend's context; the last backend of the process to close also closes Chromium."""
@@ -270,7 +355,8 @@ class PlaywrightBackend(Backend):
         self._closed = True
         if self._pid != os.getpid():
             return  # made before a fork: its context and its share of the browser belong to the parent
-        self._close_context()
+        with _Deadline(self.timeout_s):
+            self._close_context()
         _shared.users -= 1
         if _shared.users <= 0:
             _shutdown()
@@ -293,13 +379,19 @@ class PlaywrightBackend(Backend):
         try:
             html = page.evaluate(_DOM_AFTER_LOAD)
         except PlaywrightError:
-            # A script or a meta refresh navigated away while the page loaded: read where it settled. (After a
-            # crash this raises again, for view() to handle.)
+            # A script or a meta refresh navigated (within the site) while the page loaded: read where it
+            # settled. (After a crash this raises again, for view() to handle.)
             page.wait_for_load_state("load")
             html = page.evaluate(_DOM_AFTER_LOAD)
         view = html_to_view(html, url, chunk_tokens=self.chunk_tokens)
         links = tuple(dataclasses.replace(link, url=_site_path(link.url)) for link in view.links)
         return dataclasses.replace(view, links=links) if links != view.links else view
+
+    def _timeout(self, url: str) -> BrowserTimeout:
+        return BrowserTimeout(
+            f"the page {url} did not finish within {self.timeout_s:g} s (something on it kept the browser "
+            "busy); the browser was restarted: open another page"
+        )
 
     def _check_open(self) -> None:
         if self._closed:
@@ -309,9 +401,9 @@ class PlaywrightBackend(Backend):
     def _open_context(self) -> None:
         self._check_open()
         self._close_context()
-        browser = _browser(self.executable)
-        context = browser.new_context(service_workers="block")
-        context.set_default_timeout(TIMEOUT_MS)
+        browser = _browser(self.executable, self.timeout_s)
+        context = browser.new_context(service_workers="block", java_script_enabled=self.javascript)
+        context.set_default_timeout(_backup_timeout_ms(self.timeout_s))
         context.route(_ANY_URL, self._serve)
         context.route_web_socket(_ANY_URL, self._refuse_socket)
         self._context, self._page, self._generation = context, context.new_page(), _shared.generation
@@ -328,7 +420,10 @@ class PlaywrightBackend(Backend):
         url = route.request.url
         if not url.startswith(ORIGIN + "/"):
             self._block(url)
-            route.abort("blockedbyclient")
+            # "aborted", not "blockedbyclient": a navigation that fails with any other error shows Chromium's
+            # error page in place of the page, while an aborted one leaves the page where it was (as a 204
+            # does), so a meta refresh or a script sending the page away cannot replace what the agent reads.
+            route.abort("aborted")
             return
         try:
             html = self.site.render(url[len(ORIGIN):])

@@ -29,19 +29,24 @@ from typing import Any, Sequence
 import gymnasium as gym
 import numpy as np
 
-from .actions import TOOL_ARGS, Action, ActionError, format_action, parse_action
+from .actions import (MAX_ACTION_CHARS, TOOL_ARGS, Action, ActionError, as_text, format_action, parse_action,
+                      strip_think, type_name)
 from .backends import Backend, BrowserCrashed, make_backend
+from .checks import check_bool, check_int, is_int, shown
 from .prompts import ROLE_TAG, budget_note, render_transcript, system_prompt, task_message
 from .spaces import AnyText
-from .tokens import TokenCounter, approx_tokens
+from .tokens import CheckedCounter, TokenCounter, approx_tokens
 from .web.browser import CHUNK_TOKENS, PageView
+from .web.corpus import TASK_EXAMPLE, TASKS_FILE
 from .web.site import Site, Task, load_site, normalize_answer
 
 OVERFLOW_POLICIES = ("force_compact", "truncate", "terminate")
 MAX_ANSWER_CANDIDATES = 8
 MAX_NOTE_FACTS = 8
 MAX_NOTE_LINE_CHARS = 160
-_THINK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL)
+# info["parent_id"] of a root session and info["acted_session_id"] after reset: "no session". An int, not None,
+# so that every info key keeps one type in every state and Gymnasium's vector envs can stack the infos.
+NO_SESSION = -1
 _LINK_MARK = re.compile(r"\[\d+\] ")
 _GENERATION_PROMPT = ROLE_TAG["assistant"] + "\n"
 
@@ -114,7 +119,7 @@ class Snapshot:
 
 
 class WebQAEnv(gym.Env[str, str]):
-    """Multi-session web question answering. See the module docstring and ``CONTRACT.md`` for the API.
+    """Multi-session web question answering. See the module docstring and ``docs/contract.md`` for the API.
 
     Args:
         site: ``"builtin"`` (generated from ``site_seed``/``site_size``), a corpus path, or a ``Site``.
@@ -131,6 +136,8 @@ class WebQAEnv(gym.Env[str, str]):
         max_fork_depth: deepest fork; a deeper one truncates (reason ``"max_fork_depth"``).
         show_budget: tell the agent the steps left in every tool result.
         backend: ``"text"`` (fast, default) or ``"playwright"`` (real Chromium).
+        browser_javascript: run corpus pages' scripts in Chromium (``backend="playwright"`` only; off by
+            default: the builtin site needs none).
         candidates: put ``info["candidates"]``: valid complete actions for this state.
         allow_compact, allow_fork: which multi-session tools exist (the registered variants set these).
         token_counter: ``Callable[[str], int]`` counting tokens (default: about 4 characters a token).
@@ -154,6 +161,7 @@ class WebQAEnv(gym.Env[str, str]):
         max_fork_depth: int = 2,
         show_budget: bool = True,
         backend: str = "text",
+        browser_javascript: bool = False,
         candidates: bool = False,
         allow_compact: bool = True,
         allow_fork: bool = True,
@@ -165,23 +173,27 @@ class WebQAEnv(gym.Env[str, str]):
         if unknown:
             raise TypeError(_unknown_kwargs_message(unknown))
         if overflow not in OVERFLOW_POLICIES:
-            raise ValueError(f"overflow={overflow!r} is unknown: use one of {OVERFLOW_POLICIES}")
+            raise ValueError(f"overflow={shown(overflow)} is unknown: use one of {OVERFLOW_POLICIES}")
         if split not in ("train", "test", "all"):
-            raise ValueError(f"split={split!r} is unknown: use 'train', 'test' or 'all'")
+            raise ValueError(f"split={shown(split)} is unknown: use 'train', 'test' or 'all'")
         if render_mode not in (None, "ansi"):
-            raise ValueError(f"render_mode={render_mode!r} is not supported: use 'ansi' or None")
-        for name, value in (("session_max_tokens", session_max_tokens), ("max_sessions", max_sessions),
-                            ("chunk_tokens", chunk_tokens)):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if not isinstance(max_fork_depth, int) or max_fork_depth < 0:
-            raise ValueError(f"max_fork_depth must be an int >= 0, got {max_fork_depth!r}")
+            raise ValueError(f"render_mode={shown(render_mode)} is not supported: use 'ansi' or None")
+        session_max_tokens = check_int("session_max_tokens", session_max_tokens, minimum=1)
+        max_sessions = check_int("max_sessions", max_sessions, minimum=1)
+        chunk_tokens = check_int("chunk_tokens", chunk_tokens, minimum=1)
+        max_fork_depth = check_int("max_fork_depth", max_fork_depth, minimum=0)
+        show_budget = check_bool("show_budget", show_budget)
+        candidates = check_bool("candidates", candidates)
+        allow_compact = check_bool("allow_compact", allow_compact)
+        allow_fork = check_bool("allow_fork", allow_fork)
+        # Checked now, not at the first reset; every count it returns is checked where it is used.
+        count_tokens: TokenCounter = approx_tokens if token_counter is None else CheckedCounter(token_counter)
+        hops = _check_hops(hops)
         self._budget_spec = _check_budget(max_steps)
         self.site = load_site(site, site_seed=site_seed, site_size=site_size)
         self.tasks = self.site.tasks_for(None if split == "all" else split, hops)
         if not self.tasks:
-            available = sorted({t.hops for t in self.site.tasks_for(None if split == "all" else split)})
-            raise ValueError(f"no {split!r} task has hops={hops!r} on this site; available hops: {available}")
+            raise ValueError(_no_tasks_message(self.site, split, hops))
         self.session_max_tokens = session_max_tokens
         self.overflow = overflow
         self.max_sessions = max_sessions
@@ -190,12 +202,12 @@ class WebQAEnv(gym.Env[str, str]):
         self.candidates = candidates
         self.allow_compact = allow_compact
         self.allow_fork = allow_fork
-        self.count_tokens: TokenCounter = token_counter or approx_tokens
+        self.count_tokens = count_tokens
         self.render_mode = render_mode
         self.tools = [t for t in TOOL_ARGS if (t != "compact" or allow_compact)
                       and (t not in ("fork", "finish") or allow_fork)]
         self._system = system_prompt(self.tools)
-        self.backend: Backend = make_backend(backend, self.site, chunk_tokens)
+        self.backend: Backend = make_backend(backend, self.site, chunk_tokens, browser_javascript)
         # Pages are shown again and again: remember what each shown text mentions.
         self._mentions = functools.lru_cache(maxsize=65_536)(self.site.mentions)
         self._fact_lines = functools.lru_cache(maxsize=65_536)(self._lines_with_mentions)
@@ -245,12 +257,13 @@ class WebQAEnv(gym.Env[str, str]):
         session = state.sessions[state.stack[-1]]
         state.steps_used += 1
         session.steps += 1
-        text = action if isinstance(action, str) else repr(action)
-        self._append(session, "assistant", text, out=True)
+        # An action that is not text is shown by its type: its repr() may raise, or be as long as it is big.
+        text = as_text(action)
+        self._append(session, "assistant", f"<not text: {type_name(action)}>" if text is None else text, out=True)
         reward, terminated, truncation = 0.0, False, None
         error: str | None = None
         try:
-            if session.must_compact:
+            if session.must_compact and text is not None:
                 parsed, error = self._forced_compaction(text)
             else:
                 parsed = parse_action(action)
@@ -352,10 +365,11 @@ class WebQAEnv(gym.Env[str, str]):
     def _resolve_target(self, session: Session, target: str | int) -> str:
         if isinstance(target, int):
             if session.page is None:
-                raise ActionError(f"there is no page open to take link {target} from; search or open a path first")
+                raise ActionError(f"there is no page open to take link {shown(target)} from; search or open a path "
+                                  "first")
             links = session.page.links
             if target > len(links):
-                raise ActionError(f"there is no link {target} on this page (it has {len(links)})")
+                raise ActionError(f"there is no link {shown(target)} on this page (it has {len(links)})")
             url = links[target - 1].url
         else:
             url = target.strip()
@@ -446,7 +460,8 @@ class WebQAEnv(gym.Env[str, str]):
                 return action, None
         except ActionError:
             pass
-        return (Action("compact", _THINK.sub(" ", text).strip()),
+        # Cut where the parser stops reading: a longer reply still becomes a summary, in time linear in the cap.
+        return (Action("compact", strip_think(text[:MAX_ACTION_CHARS]).strip()),
                 "the context was full and the reply was not compact(summary): the reply became the summary")
 
     def _cap_handoff(self, text: str) -> str:
@@ -522,9 +537,9 @@ class WebQAEnv(gym.Env[str, str]):
         info: dict[str, Any] = {
             "task_id": state.task.id,
             "session_id": s.id,
-            "acted_session_id": acted.id if acted is not None else None,
+            "acted_session_id": acted.id if acted is not None else NO_SESSION,
             "session_kind": s.kind,
-            "parent_id": s.parent,
+            "parent_id": s.parent if s.parent is not None else NO_SESSION,
             "session_task": s.fork_task if s.fork_task is not None else state.task.question,
             "depth": s.depth,
             "steps_used": state.steps_used,
@@ -609,19 +624,46 @@ class WebQAEnv(gym.Env[str, str]):
 
 
 def _check_budget(spec: Any) -> int | tuple[int, int] | list[int]:
-    """An int, a ``(lo, hi)`` range (kept as a tuple) or a list of choices (kept as a list)."""
-    if isinstance(spec, (int, np.integer)) and not isinstance(spec, bool):
+    """An int, a ``(lo, hi)`` range (kept as a tuple) or a list of choices (kept as a list); never a bool."""
+    if is_int(spec):
         if spec < 1:
-            raise ValueError(f"max_steps must be >= 1, got {spec}")
+            raise ValueError(f"max_steps must be >= 1, got {shown(spec)}")
         return int(spec)
-    if isinstance(spec, tuple) and len(spec) == 2 and all(isinstance(v, (int, np.integer)) for v in spec):
+    if isinstance(spec, tuple) and len(spec) == 2 and all(is_int(v) for v in spec):
         lo, hi = int(spec[0]), int(spec[1])
         if not 1 <= lo <= hi:
-            raise ValueError(f"max_steps range must be (lo, hi) with 1 <= lo <= hi, got {spec}")
+            raise ValueError(f"max_steps range must be (lo, hi) with 1 <= lo <= hi, got {shown(spec)}")
         return lo, hi
-    if isinstance(spec, (list, tuple)) and spec and all(isinstance(v, (int, np.integer)) and v >= 1 for v in spec):
+    if isinstance(spec, (list, tuple)) and spec and all(is_int(v) and v >= 1 for v in spec):
         return [int(v) for v in spec]
-    raise ValueError(f"max_steps must be an int, a (lo, hi) range or a list of ints, got {spec!r}")
+    raise ValueError(f"max_steps must be an int, a (lo, hi) range or a list of ints, got {shown(spec)}")
+
+
+def _check_hops(hops: Any) -> int | tuple[int, int] | None:
+    """``None``, a whole number >= 1, or an inclusive ``(lo, hi)`` range (kept as a tuple of ints)."""
+    if hops is None:
+        return None
+    if is_int(hops) and hops >= 1:
+        return int(hops)
+    if isinstance(hops, (tuple, list)) and len(hops) == 2 and all(is_int(h) for h in hops):
+        if 1 <= hops[0] <= hops[1]:
+            return int(hops[0]), int(hops[1])
+    raise ValueError(f"hops must be None, a whole number >= 1 or a (lo, hi) range with 1 <= lo <= hi, "
+                     f"got {shown(hops)}")
+
+
+def _no_tasks_message(site: Site, split: str, hops: int | tuple[int, int] | None) -> str:
+    """Why ``site`` offers no task of ``split`` and ``hops``, and what to do about it."""
+    if not site.tasks:
+        return (f"site {site.name!r} has no tasks to ask: add a {TASKS_FILE} beside its pages, one task a line, "
+                f"e.g. {TASK_EXAMPLE} (README, 'Your own corpus')")
+    in_split = site.tasks_for(None if split == "all" else split)
+    if not in_split:
+        splits = sorted({t.split for t in site.tasks})
+        return (f"site {site.name!r} has no {split!r} tasks (its {len(site.tasks)} tasks are {' and '.join(splits)}): "
+                f"use split='all', or give tasks a \"split\" in {TASKS_FILE}")
+    available = sorted({t.hops for t in in_split})
+    return f"no {split!r} task has hops={hops!r} on site {site.name!r}; available hops: {available}"
 
 
 def _unknown_kwargs_message(unknown: dict[str, Any]) -> str:

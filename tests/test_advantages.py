@@ -1,4 +1,4 @@
-"""The advantage estimators of ``algos.advantages`` on small groups computed by hand (ALGORITHMS.md)."""
+"""The advantage estimators of ``algos.advantages`` on small groups computed by hand (docs/algorithms.md, eqs. 1-8)."""
 
 from __future__ import annotations
 

@@ -236,7 +236,7 @@ def test_snapshot_restores_exactly_and_pickles():
     actions = ['search("x")', "scroll()", 'fork("f")', "open(2)", 'finish("r")', 'compact("s")', "open(1)"]
     first = [env.step(a) for a in actions]
     obs2, info2 = env.reset(options={"snapshot": snap})
-    assert obs2 == obs and info2 == {**info, "acted_session_id": None}
+    assert obs2 == obs and info2 == {**info, "acted_session_id": -1}
     second = [env.step(a) for a in actions]
     assert first == second
 

@@ -71,7 +71,7 @@ class ScriptedSite(Site):
 
 @pytest.fixture
 def scripted() -> Iterator[PlaywrightBackend]:
-    backend = PlaywrightBackend(ScriptedSite())
+    backend = PlaywrightBackend(ScriptedSite(), javascript=True)  # scripts are off by default
     backend.new_episode()
     yield backend
     backend.close()

@@ -144,3 +144,40 @@ def test_localhost_and_context_manager():
 def test_docstring_examples_run(monkeypatch):
     monkeypatch.chdir(Path(__file__).parent.parent)  # the examples name the fixture corpora from the repo root
     assert doctest.testmod(server_module).failed == 0
+
+
+# Every spelling of the answers file, and data, backup and hidden files: an allow-list refuses them all.
+NEVER_SERVED = ["tasks.jsonl~", "TASKS.JSONL", ".tasks.jsonl.swp", "tasks.jsonl.bak", "tasks.jsonl.orig", "#tasks.jsonl#",
+                "tasks.json", "tasks.csv", "notes.txt", "data.tsv", "dump.sql", "style.css~", "style.css.bak", ".hidden.css",
+                "archive.zip", "page.html.bak", "logo.png.old"]
+
+
+@pytest.mark.parametrize("name", NEVER_SERVED)
+def test_answers_data_backup_and_hidden_files_are_never_served(tmp_path, name):
+    root = tmp_path / "site"
+    root.mkdir()
+    (root / "index.html").write_text("<title>Home</title>")
+    (root / name).write_text(SECRET)
+    (root / "linked.css").symlink_to(root / name)  # an asset's name linking to a data file
+    running = serve(root)
+    try:
+        for path in ("/" + urllib.parse.quote(name), "/linked.css"):
+            status, _, body = get(running, path)
+            assert status == 404 and SECRET not in body, path
+        assert get(running, "/index.html")[0] == 200
+    finally:
+        running.shutdown()
+
+
+@pytest.mark.parametrize("name", ["style.css", "app.js", "logo.PNG", "font.woff2", "clip.mp4"])
+def test_what_a_page_needs_is_served(tmp_path, name):
+    root = tmp_path / "site"
+    root.mkdir()
+    (root / "index.html").write_text("<title>Home</title>")
+    (root / name).write_bytes(b"asset")
+    running = serve(root)
+    try:
+        status, _, body = get(running, "/" + name)
+        assert status == 200 and body == "asset"
+    finally:
+        running.shutdown()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -61,6 +62,9 @@ def parse_hops(text: str) -> int | tuple[int, int]:
         raise SystemExit(f"--hops {text!r}: use a number (2) or a range (1-3)") from None
 
 
+AGENTS = ("oracle", "random")
+
+
 def build_agent(args: argparse.Namespace, env: gym.Env):
     """``oracle`` / ``random`` / a model spec (``tiny-1m``, ``smollm2``, a folder, a checkpoint) -> an Agent."""
     from agents import OracleAgent, RandomAgent
@@ -72,9 +76,37 @@ def build_agent(args: argparse.Namespace, env: gym.Env):
     if name == "random":
         return RandomAgent(seed=getattr(args, "seed", 0))
     from agents.llm import LLMAgent
-    from agents.models import load_model
+    from agents.models import PRESETS, did_you_mean, load_model
 
-    model, tokenizer = load_model(name)
+    if name not in PRESETS and "/" not in name and not Path(name).is_dir():
+        raise ValueError(
+            f"--agent {name!r} names no agent: use {', '.join(AGENTS + PRESETS)}, a model folder (e.g. "
+            f"runs/mosaic/final) or a hub id (owner/name){did_you_mean(name, AGENTS + PRESETS)}"
+        )
+    model, tokenizer = load_model(name)  # a missing folder or an unreachable hub: a ModelSpecError (ValueError)
     mode = getattr(args, "mode", "generate")
     return LLMAgent(model, tokenizer, mode=mode, temperature=getattr(args, "temperature", 1.0),
                     seed=getattr(args, "seed", 0))
+
+
+def check_device(text: str) -> str:
+    """``text`` when torch can use that device here; otherwise a one-line ``SystemExit`` that says why.
+
+    Example:
+        >>> check_device("cpu")
+        'cpu'
+    """
+    import torch
+
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise SystemExit(f"--device {text!r} is not a device: use cpu, cuda, cuda:1, mps, ...") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        why = "is a CPU-only build" if torch.version.cuda is None else "sees no CUDA GPU"
+        raise SystemExit(f"--device {text}: this torch ({torch.__version__}) {why}; use --device cpu")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise SystemExit(f"--device {text}: there are {torch.cuda.device_count()} CUDA devices (0-based)")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise SystemExit(f"--device {text}: MPS is not available here; use --device cpu")
+    return text

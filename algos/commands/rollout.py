@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from .common import add_env_args, build_agent, make_env
 
@@ -28,8 +29,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    env = make_env(args)
-    agent = build_agent(args, env)
+    try:
+        env = make_env(args)
+    except (TypeError, ValueError) as err:  # a bad env kwarg or value, explained by the env
+        print(f"mosaic rollout: {err}", file=sys.stderr)
+        return 2
+    try:
+        agent = build_agent(args, env)
+    except ValueError as err:  # an agent name that names nothing, or a model that cannot load
+        env.close()
+        print(f"mosaic rollout: {err}", file=sys.stderr)
+        return 2
     wins = 0
     for episode in range(args.episodes):
         obs, info = env.reset(seed=args.seed + episode)

@@ -20,7 +20,10 @@ Two layouts load, each with an optional ``tasks.jsonl`` beside the pages:
 
 with optional ``hops`` (int, default 1), ``family`` (default ``"corpus"``), ``answer_kind`` (default
 ``"text"``) and ``split`` (``"train"``/``"test"``; by default a fixed hash of the id puts about 20% in test).
-Anything malformed raises :class:`CorpusError` naming the file, the line and what a valid line looks like.
+Anything malformed raises :class:`CorpusError` naming the file, the line and what a valid line looks like
+(bytes that are not UTF-8, numbers past Python's 4,300-digit limit and JSON nested past its recursion limit
+included). Links in an HTML folder that lead nowhere (a loop, a missing target) are skipped with a
+:class:`CorpusWarning` naming them; the rest of the folder loads.
 
 Example:
     >>> site = load_corpus("tests/fixtures/corpus_jsonl")
@@ -30,16 +33,20 @@ Example:
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import html as html_lib
 import json
 import os
 import re
+import sys
 import urllib.parse
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+from ..checks import shown
 from .browser import html_text, html_title
 from .site import Document, Site, Task
 
@@ -50,13 +57,17 @@ HTML_SUFFIXES = (".html", ".htm")
 SPLITS = ("train", "test")
 
 _DOCUMENT_EXAMPLE = '{"id": "d1", "url": "/wiki/Edra_Vane", "title": "Edra Vane", "text": "Edra Vane was a painter."}'
-_TASK_EXAMPLE = '{"id": "t1", "question": "Who ...?", "answer": "Edra Vane", "aliases": ["Vane"]}'
+TASK_EXAMPLE = '{"id": "t1", "question": "Who ...?", "answer": "Edra Vane", "aliases": ["Vane"]}'
 _DOCUMENT_KEYS = ("id", "url", "title", "text", "html")
 _TASK_KEYS = ("id", "question", "answer", "aliases", "hops", "family", "answer_kind", "split")
 
 
 class CorpusError(ValueError):
     """A corpus that is missing or malformed; the message names the file, the line and the fix."""
+
+
+class CorpusWarning(UserWarning):
+    """Part of a corpus was skipped (a link that leads nowhere); the message names what and why."""
 
 
 @dataclass(frozen=True)
@@ -124,13 +135,16 @@ def load_corpus(path: str | os.PathLike) -> CorpusSite:
     documents file; ``tasks.jsonl`` beside the pages is read when present.
 
     Raises:
-        CorpusError: the path does not exist, holds no corpus, or a line of a JSONL file is malformed.
+        CorpusError: the path is empty or does not exist, holds no corpus, or a line of a JSONL file is malformed.
 
     Example:
         >>> site = load_corpus("tests/fixtures/corpus_html")
         >>> site.page_html("/wiki/Mira_Esk") == site.page_html("/wiki/Mira_Esk.html")
         True
     """
+    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path).strip():
+        # Path("") is the current folder: never load whatever happens to be there.
+        raise CorpusError(f"no corpus path given ({shown(path)}): give the path of a corpus folder or .jsonl file")
     root = Path(path)
     if not root.exists():
         raise CorpusError(
@@ -157,22 +171,55 @@ def load_corpus(path: str | os.PathLike) -> CorpusSite:
 
 def iter_files(root: Path) -> Iterator[str]:
     """The regular files under ``root``, as sorted relative POSIX paths; hidden entries and links that lead
-    outside ``root`` are left out (a corpus never reaches beyond its folder).
+    outside ``root`` are left out (a corpus never reaches beyond its folder). Links that lead nowhere (a loop,
+    a missing target) and names that are not UTF-8 are left out too, with one :class:`CorpusWarning` naming
+    them: a user would rather have the rest of the folder than no corpus at all.
 
     >>> "wiki/Mira_Esk.html" in list(iter_files(Path("tests/fixtures/corpus_html")))
     True
     """
     top = root.resolve()
+    skipped: list[str] = []
     for folder, dirs, files in os.walk(top):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for name in sorted(files):
             if name.startswith("."):
                 continue
             file = Path(folder, name)
-            if file.is_symlink() and not file.resolve().is_relative_to(top):
+            relative = file.relative_to(top).as_posix()
+            if not _is_utf8(relative):
+                skipped.append(f"{relative.encode('utf-8', 'replace').decode('utf-8')} (its name is not UTF-8)")
                 continue
+            if file.is_symlink():
+                try:
+                    target = file.resolve(strict=True)
+                except RuntimeError:  # how Python 3.11 reports a loop
+                    skipped.append(f"{relative} (a symbolic link loop)")
+                    continue
+                except OSError as err:
+                    why = "a symbolic link loop" if err.errno == errno.ELOOP else "a link to a missing file"
+                    skipped.append(f"{relative} ({why})")
+                    continue
+                if not target.is_relative_to(top):
+                    continue
             if file.is_file():
-                yield file.relative_to(top).as_posix()
+                yield relative
+    if skipped:
+        warnings.warn(
+            f"skipped {len(skipped)} file(s) of the corpus at {root}: {'; '.join(skipped[:5])}"
+            f"{'; ...' if len(skipped) > 5 else ''}. Fix them to include them; remove them to silence this warning.",
+            CorpusWarning,
+            stacklevel=2,
+        )
+
+
+def _is_utf8(name: str) -> bool:
+    # os.walk hands undecodable bytes back as lone surrogates, which no page path or HTTP reply can carry.
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def page_file(path: str) -> str:
@@ -222,7 +269,7 @@ def _jsonl_site(file: Path) -> CorpusSite:
         _check_keys(record, _DOCUMENT_KEYS, where, _DOCUMENT_EXAMPLE)
         doc_id = _id(record, where, _DOCUMENT_EXAMPLE)
         if doc_id in ids:
-            raise CorpusError(f"{where}: the id {doc_id!r} is used twice; every document needs its own id")
+            raise CorpusError(f"{where}: the id {shown(doc_id)} is used twice; every document needs its own id")
         ids.add(doc_id)
         title = _string(record, "title", where, _DOCUMENT_EXAMPLE)
         if ("text" in record) == ("html" in record):
@@ -230,11 +277,14 @@ def _jsonl_site(file: Path) -> CorpusSite:
         url = record.get("url") or ""
         if not isinstance(url, str):
             raise CorpusError(f'{where}: "url" must be a string; a valid line: {_DOCUMENT_EXAMPLE}')
-        path = _document_path(url)
+        try:
+            path = _document_path(url)
+        except ValueError as err:  # urlsplit refuses some URLs, e.g. "http://[bad"
+            raise CorpusError(f'{where}: "url" is not a URL ({err}); a valid line: {_DOCUMENT_EXAMPLE}') from None
         if not path or path in taken:
             path = "/doc/" + doc_id
             if path in taken:
-                raise CorpusError(f"{where}: document {doc_id!r} has no path of its own: {path} is taken")
+                raise CorpusError(f"{where}: document {shown(doc_id)} has no path of its own: {path} is taken")
         taken.add(path)
         if "html" in record:
             pages.append(CorpusPage(path, _string(record, "html", where, _DOCUMENT_EXAMPLE, empty=True), title))
@@ -278,32 +328,32 @@ def _load_tasks(file: Path) -> tuple[Task, ...]:
         return ()
     tasks: list[Task] = []
     ids: set[str] = set()
-    for line_no, record in _records(file, _TASK_EXAMPLE):
+    for line_no, record in _records(file, TASK_EXAMPLE):
         where = f"{file.name} line {line_no}"
-        _check_keys(record, _TASK_KEYS, where, _TASK_EXAMPLE)
-        task_id = _id(record, where, _TASK_EXAMPLE)
+        _check_keys(record, _TASK_KEYS, where, TASK_EXAMPLE)
+        task_id = _id(record, where, TASK_EXAMPLE)
         if task_id in ids:
-            raise CorpusError(f"{where}: the id {task_id!r} is used twice; every task needs its own id")
+            raise CorpusError(f"{where}: the id {shown(task_id)} is used twice; every task needs its own id")
         ids.add(task_id)
         aliases = record.get("aliases", [])
         if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
-            raise CorpusError(f'{where}: "aliases" must be a list of strings; a valid line: {_TASK_EXAMPLE}')
+            raise CorpusError(f'{where}: "aliases" must be a list of strings; a valid line: {TASK_EXAMPLE}')
         hops = record.get("hops", 1)
         if not isinstance(hops, int) or isinstance(hops, bool) or hops < 1:
-            raise CorpusError(f'{where}: "hops" must be a whole number of at least 1, not {hops!r}')
+            raise CorpusError(f'{where}: "hops" must be a whole number of at least 1, not {shown(hops)}')
         split = record.get("split", default_split(task_id))
         if split not in SPLITS:
-            raise CorpusError(f'{where}: "split" must be "train" or "test", not {split!r}')
+            raise CorpusError(f'{where}: "split" must be "train" or "test", not {shown(split)}')
         tasks.append(
             Task(
                 id=task_id,
-                question=_string(record, "question", where, _TASK_EXAMPLE),
-                answer=_string(record, "answer", where, _TASK_EXAMPLE),
+                question=_string(record, "question", where, TASK_EXAMPLE),
+                answer=_string(record, "answer", where, TASK_EXAMPLE),
                 aliases=tuple(aliases),
-                family=_string(record, "family", where, _TASK_EXAMPLE, default="corpus"),
+                family=_string(record, "family", where, TASK_EXAMPLE, default="corpus"),
                 hops=hops,
                 split=split,
-                answer_kind=_string(record, "answer_kind", where, _TASK_EXAMPLE, default="text"),
+                answer_kind=_string(record, "answer_kind", where, TASK_EXAMPLE, default="text"),
             )
         )
     return tuple(tasks)
@@ -348,27 +398,53 @@ def write_tasks(tasks: Sequence[Task], file: str | os.PathLike) -> None:
 
 
 def _records(file: Path, example: str) -> Iterator[tuple[int, dict[str, Any]]]:
-    with open(file, encoding="utf-8") as lines:
-        for line_no, line in enumerate(lines, start=1):
+    # Bytes, decoded line by line, so that a line which is not UTF-8 is named like any other bad line.
+    with open(file, "rb") as lines:
+        for line_no, raw in enumerate(lines, start=1):
+            where = f"{file.name} line {line_no}"
+            try:
+                # utf-8-sig: a byte order mark (as some Windows editors write) is not part of the first line.
+                line = raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
+            except UnicodeDecodeError as err:
+                raise CorpusError(
+                    f"{where}: not UTF-8 (byte {raw[err.start]:#04x} at column {err.start + 1}); save the file "
+                    f"as UTF-8; a valid line: {example}"
+                ) from None
             if not line.strip():
                 continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise CorpusError(
-                    f"{file.name} line {line_no}: not valid JSON ({err.msg}, column {err.colno}); "
-                    f"a valid line: {example}"
-                ) from None
+            record = _parse(line, where, example)
             if not isinstance(record, dict):
-                raise CorpusError(f"{file.name} line {line_no}: expected a JSON object; a valid line: {example}")
+                raise CorpusError(f"{where}: expected a JSON object; a valid line: {example}")
             yield line_no, record
+
+
+def _parse(line: str, where: str, example: str) -> Any:
+    try:
+        value = json.loads(line)
+        if "\\u" in line:
+            # An escape can spell half of a UTF-16 pair ("\ud800"): a string no page or reply can encode.
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except json.JSONDecodeError as err:
+        raise CorpusError(f"{where}: not valid JSON ({err.msg}, column {err.colno}); a valid line: {example}") from None
+    except UnicodeEncodeError:
+        raise CorpusError(
+            f"{where}: a \\u escape that is half of a UTF-16 surrogate pair, not a character; a valid line: {example}"
+        ) from None
+    except ValueError:  # json's only other ValueError: an integer past Python's digit limit
+        raise CorpusError(
+            f"{where}: a number longer than {sys.get_int_max_str_digits()} digits; write it as a string; "
+            f"a valid line: {example}"
+        ) from None
+    except RecursionError:
+        raise CorpusError(f"{where}: JSON nested too deeply to read; a valid line: {example}") from None
+    return value
 
 
 def _check_keys(record: dict[str, Any], known: tuple[str, ...], where: str, example: str) -> None:
     unknown = [key for key in record if key not in known]
     if unknown:
         raise CorpusError(
-            f"{where}: unknown key {unknown[0]!r} (known keys: {', '.join(known)}); a valid line: {example}"
+            f"{where}: unknown key {shown(unknown[0])} (known keys: {', '.join(known)}); a valid line: {example}"
         )
 
 
@@ -394,5 +470,5 @@ def _string(
         raise CorpusError(f'{where}: missing "{key}"; a valid line: {example}')
     if not isinstance(value, str) or not (value.strip() or empty):
         kind = "a string" if empty else "a non-empty string"
-        raise CorpusError(f'{where}: "{key}" must be {kind}, not {value!r}; a valid line: {example}')
+        raise CorpusError(f'{where}: "{key}" must be {kind}, not {shown(value)}; a valid line: {example}')
     return value

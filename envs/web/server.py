@@ -2,9 +2,12 @@
 
 Pages are served the way :func:`~envs.web.corpus.load_corpus` reads the folder (``/wiki/X`` from
 ``wiki/X.html`` or ``wiki/X/index.html``), the search page ``/search?q=...`` is rendered live, and other
-files of the folder (stylesheets, images) are served as they are. Only what the folder holds is served:
-``..``, encoded or not, backslashes, absolute paths and links leading outside all get 404. ``.jsonl`` files
-(``tasks.jsonl``, ``documents.jsonl``) are never served: they hold the answers.
+files a page needs (stylesheets, scripts, images, fonts, media: :data:`ASSET_SUFFIXES`) are served as they
+are. Nothing else is: not ``tasks.jsonl`` in any spelling (``tasks.jsonl~``, ``TASKS.JSONL``,
+``.tasks.jsonl.swp``, ``tasks.jsonl.bak``), nor other data, backup or hidden files, since any of them may hold
+the answers. An allow-list, not a deny-list: a new way to spell a backup cannot slip through. Only what the
+folder holds is served: ``..``, encoded or not, backslashes, absolute paths and links leading outside all get
+404.
 
 Example:
     >>> import urllib.request
@@ -28,6 +31,14 @@ from pathlib import Path
 from .corpus import CorpusSite, iter_files, load_corpus
 
 LOOPBACK = ("127.0.0.1", "localhost")
+# The only files served besides pages: what a page needs to look right. A name counts by its last suffix, so
+# "tasks.jsonl~" (".jsonl~"), "style.css.bak" (".bak") and "#style.css#" (".css#") are all left out.
+ASSET_SUFFIXES = frozenset({
+    ".css", ".js", ".mjs",
+    ".png", ".jpg", ".jpeg", ".gif", ".svg", ".webp", ".avif", ".ico", ".bmp",
+    ".woff", ".woff2", ".ttf", ".otf",
+    ".mp3", ".ogg", ".wav", ".mp4", ".webm",
+})
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +61,7 @@ class SiteServer(http.server.ThreadingHTTPServer):
             )
         self.site: CorpusSite = load_corpus(folder)
         root = Path(folder).resolve()
-        # Tasks and documents files hold the answers; an agent browsing the site must never read them.
-        self.files = {"/" + name: root / name for name in iter_files(root) if not name.endswith(".jsonl")}
+        self.files = {"/" + name: root / name for name in iter_files(root) if is_asset(root / name)}
         # Build the search index now, not on the first request, where two threads could both build it.
         _ = self.site.index
         super().__init__(("127.0.0.1", port), _Handler)
@@ -96,6 +106,17 @@ def serve(folder: str | os.PathLike, port: int = 0, host: str = "127.0.0.1") -> 
         CorpusError: the folder holds no site.
     """
     return SiteServer(folder, port, host).start()
+
+
+def is_asset(file: Path) -> bool:
+    """Whether the server may hand ``file`` out: a stylesheet, script, image, font or media file by its name,
+    and by the name of the file it links to (so ``style.css`` linking to ``tasks.jsonl`` is refused).
+
+    >>> [is_asset(Path(name)) for name in ("style.css", "logo.PNG", "tasks.jsonl~", "notes.txt")]
+    [True, True, False, False]
+    """
+    names = (file.name, file.resolve().name)
+    return all(not name.startswith(".") and Path(name).suffix.lower() in ASSET_SUFFIXES for name in names)
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):

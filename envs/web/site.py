@@ -16,11 +16,14 @@ Example:
 from __future__ import annotations
 
 import html as html_lib
+import os
 import urllib.parse
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Iterator
+
+from ..checks import check_int, shown
 
 SEARCH_PATH = "/search"
 SEARCH_RESULTS = 10
@@ -217,9 +220,25 @@ _CACHE = _Registry()
 def load_site(site: str | Site = "builtin", site_seed: int = 0, site_size: int = 2000) -> Site:
     """The site an env browses: ``"builtin"`` (generated from ``site_seed`` and ``site_size``), a corpus path,
     or a :class:`Site` instance. Sites are cached per process: envs in one process share one site.
+
+    Raises:
+        ValueError: ``site`` is none of those (``""`` too: it would load the current folder), or ``site_seed``
+            or ``site_size`` is not a whole number in range (checked for every site, so a typo never waits
+            until the day the builtin site is used).
+        CorpusError: the corpus is missing or malformed (a ``ValueError``; it names the file and line).
     """
+    from .world import MIN_SIZE
+
+    site_seed = check_int("site_seed", site_seed, minimum=0)
+    site_size = check_int("site_size", site_size, minimum=MIN_SIZE)
     if isinstance(site, Site):
         return site
+    is_path = isinstance(site, str) or isinstance(site, os.PathLike) and isinstance(os.fspath(site), str)
+    if not is_path or not str(site).strip():
+        raise ValueError(
+            f"site must be 'builtin', the path of a corpus (a folder of .html files, a folder with "
+            f"documents.jsonl, or a .jsonl documents file) or a Site, got {shown(site)}"
+        )
     key = (str(site), site_seed, site_size) if site == "builtin" else (str(site),)
     if key not in _CACHE.sites:
         if site == "builtin":

@@ -1,6 +1,6 @@
 """BrowseComp-style questions about the builtin world, each with a gold path.
 
-Four families (see ``TASKS.md`` beside the repository):
+Four families (see ``docs/contract.md``, "Sites and tasks"):
 
 - ``chain``: follow ``hops - 1`` relations from a named entity, then ask one fact of where they lead
   ("In which city was the teacher of Edra Vane born?").

@@ -1,0 +1,74 @@
+"""The command line refuses bad input with one line on stderr and exit code 2 (issue 13, section 6): no
+traceback, no attempt to reach the network for a name that is a typo, and no folder left behind."""
+
+from __future__ import annotations
+
+import socket
+import sys
+
+import pytest
+
+from algos.cli import main
+
+from conftest import SITE_SIZE
+
+EVAL = ["eval", "--site-size", str(SITE_SIZE), "--n", "1", "--ks", "1", "--ts", "4", "--tasks", "1"]
+
+
+def run_cli(argv: list[str], capsys) -> tuple[int, str]:
+    try:
+        code = main(argv)
+    except SystemExit as exit_:  # argparse and SystemExit messages
+        code = exit_.code if isinstance(exit_.code, int) else 2
+        if isinstance(exit_.code, str):
+            print(exit_.code, file=sys.stderr)
+    return code, capsys.readouterr().err
+
+
+BAD_AGENTS = [
+    ("Random", "(did you mean 'random'?)"),
+    ("Oracle", "(did you mean 'oracle'?)"),
+    ("tiny-3M", "(did you mean 'tiny-3m'?)"),
+    ("smolm2", "(did you mean 'smollm2'?)"),
+    ("gpt", "names no agent: use oracle, random, tiny-1m"),
+    ("./no/such/folder", "there is no folder at ./no/such/folder"),
+    ("runs/nothing-here/final", "there is no folder at runs/nothing-here/final"),
+]
+
+
+@pytest.mark.parametrize("command", ["eval", "rollout"])
+@pytest.mark.parametrize("agent, fragment", BAD_AGENTS, ids=[a for a, _ in BAD_AGENTS])
+def test_an_agent_name_that_names_nothing_is_one_line(tmp_path, capsys, monkeypatch, command, agent, fragment):
+    def no_network(*args, **kwargs):
+        raise AssertionError("a name that is not a hub id must not reach the network")
+
+    monkeypatch.setattr(socket, "create_connection", no_network)
+    out = tmp_path / "eval-out"
+    argv = [*EVAL, "--out", str(out)] if command == "eval" else ["rollout", "--site-size", str(SITE_SIZE)]
+    code, err = run_cli([*argv, "--agent", agent], capsys)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"mosaic {command}: ") and fragment in lines[0], err
+    assert not out.exists()
+
+
+def test_a_hub_id_offline_is_one_line_and_no_download(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    code, err = run_cli([*EVAL, "--out", str(tmp_path / "o"), "--agent", "nobody/no-such-model"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "'nobody/no-such-model' is not in the local Hugging Face cache" in err
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--ks", "1,x"], "--ks: '1,x' is not a comma-separated list of integers"),
+    (["--ts", "0"], "--ts: '0': give positive integers"),
+    (["--tasks", "0"], "--tasks must be at least 1"),
+    (["--site-size", "5"], "site_size must be a whole number >= 60"),
+    (["--env-kwargs", '{"max_step": 3}'], "did you mean 'max_steps'"),
+    (["--env-kwargs", "{oops"], "--env-kwargs is not valid JSON"),
+    (["--hops", "one"], "--hops 'one': use a number (2) or a range (1-3)"),
+])
+def test_bad_eval_arguments_are_one_line(tmp_path, capsys, argv, fragment):
+    code, err = run_cli([*EVAL, "--out", str(tmp_path / "o"), *argv], capsys)
+    assert code == 2 and fragment in err and "Traceback" not in err, err
+    assert not (tmp_path / "o").exists()
