@@ -1,4 +1,4 @@
-"""The ``mosaic`` command line: ``train``, ``eval``, ``site build|serve`` and ``bench``.
+"""The ``mosaic`` command line: ``train``, ``eval``, ``rollout``, ``site build|serve`` and ``bench``.
 
 Each subcommand lives in its own module under :mod:`algos.commands` with ``add_parser(subparsers)`` and
 ``run(args) -> int``; this file only wires them together.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import sys
 
 COMMANDS = {
@@ -24,16 +25,19 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mosaic",
         description="mosaic-gym: multi-session agent environments and the learners that train LLM policies.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, module in COMMANDS.items():
-        try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError as err:
-            if err.name != module:
-                raise
-            continue
-        mod.add_parser(sub)
+    for module in COMMANDS.values():
+        # No command is optional: one that fails to import is a broken install, and says so.
+        importlib.import_module(module).add_parser(sub)
     return parser
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("mosaic-gym")
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
 
 
 def main(argv: list[str] | None = None) -> int:

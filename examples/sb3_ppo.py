@@ -29,6 +29,7 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.utils import set_random_seed
 from tqdm import tqdm
 
+from algos.commands.common import int_list
 from algos.evaluate import pass_at_kt_table
 from envs.sb3 import CandidateActions, make_sb3_env
 
@@ -47,8 +48,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--env-id", default="mosaic/WebQA-v0", help="registered env id (default: mosaic/WebQA-v0)")
     parser.add_argument("--site-size", type=int, default=600, help="builtin site size (default: 600)")
     parser.add_argument("--hops", type=int, default=1, help="task difficulty (default: 1)")
-    parser.add_argument("--ts", type=int, nargs="+", default=[3, 4, 6, 8, 12],
-                        help="budgets T to report; training and evaluation run at the largest (default: 3 4 6 8 12)")
+    parser.add_argument("--ts", type=int_list, default="3,4,6,8,12", metavar="T,T,...",
+                        help="budgets T to report; training and evaluation run at the largest (default: 3,4,6,8,12)")
     parser.add_argument("--eval-tasks", type=int, default=20, help="tasks evaluated per split (default: 20)")
     parser.add_argument("--samples", type=int, default=8, help="evaluation episodes per task and policy (default: 8)")
     parser.add_argument("--n-envs", type=int, default=4, help="training envs in the DummyVecEnv (default: 4)")

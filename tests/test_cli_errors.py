@@ -72,3 +72,14 @@ def test_bad_eval_arguments_are_one_line(tmp_path, capsys, argv, fragment):
     code, err = run_cli([*EVAL, "--out", str(tmp_path / "o"), *argv], capsys)
     assert code == 2 and fragment in err and "Traceback" not in err, err
     assert not (tmp_path / "o").exists()
+
+
+def test_site_serve_on_a_port_in_use_is_one_line(tmp_path, capsys):
+    (tmp_path / "index.html").write_text("<title>Home</title>")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, err = run_cli(["site", "serve", str(tmp_path), "--port", str(port)], capsys)
+    assert code == 2 and err.strip() == (f"mosaic site serve: port {port} on 127.0.0.1 is in use: choose another "
+                                         "with --port N (--port 0 takes any free port)")

@@ -12,6 +12,49 @@ import gymnasium as gym
 import envs  # noqa: F401  (registers the environments)
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Each option's default shown once: appended by argparse unless the help already says it in words
+    (``(default: every task)``) or there is nothing to show (``None``, ``False``); examples kept as written."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if "(default" in text or "%(default)" in text or action.default in (None, False, argparse.SUPPRESS):
+            return text
+        return super()._get_help_string(action)
+
+
+def int_list(text: str) -> list[int]:
+    """``"1,2,4"`` -> ``[1, 2, 4]``; argparse reports anything else.
+
+    Example:
+        >>> int_list("4, 8,16")
+        [4, 8, 16]
+    """
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers, e.g. 1,2,4") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give positive integers, e.g. 1,2,4")
+    return values
+
+
+def fraction(text: str) -> float:
+    """A number in (0, 1], for options that are a fraction of something (``--compact-at 0.5``).
+
+    Example:
+        >>> fraction("0.5")
+        0.5
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= 1:  # nan fails too
+        raise argparse.ArgumentTypeError(f"{text!r} is not a fraction in (0, 1], e.g. 0.5")
+    return value
+
+
 def add_env_args(p: argparse.ArgumentParser, env_id: str = "mosaic/WebQA-v0", hops: str | None = None,
                  site_size: int = 2000) -> None:
     """The env options every subcommand takes."""

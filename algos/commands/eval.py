@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from ..evaluate import PROTOCOLS, pass_at_kt
-from .common import add_env_args, build_agent, make_env
+from .common import HelpFormatter, add_env_args, build_agent, fraction, int_list, make_env
 
 DESCRIPTION = """\
 Run an agent n times on each task and measure Pass@(K,T): the chance that at least one of K samples
@@ -21,31 +21,11 @@ the mean sessions and steps used under each T.
 EXAMPLES = """examples:
   mosaic eval --agent oracle --error-rate 0.3 --site-size 150 --ks 1,2,4 --ts 8,16,32,64 --n 8 --out eval-oracle
   mosaic eval --agent random --candidates --ks 1,4 --ts 4,8,16 --n 4 --tasks 20 --out eval-random
-  mosaic eval --agent checkpoints/step-100 --protocol rerun --temperature 0.7 --num-envs 16 --out eval-ckpt
+  mosaic eval --agent runs/mosaic/final --mode choose --protocol rerun --temperature 0.7 --out eval-trained
 
 The tables go to OUT/passkt.csv (K rows, T columns), OUT/passkt.md (with the mean sessions and steps used
 under each T), OUT/passkt.json (every run, and these arguments) and OUT/passkt.png (the heatmap).
 """
-
-
-class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Defaults in the help, and the examples kept as written."""
-
-
-def int_list(text: str) -> list[int]:
-    """``"1,2,4"`` -> ``[1, 2, 4]``; argparse reports anything else.
-
-    Example:
-        >>> int_list("4, 8,16")
-        [4, 8, 16]
-    """
-    try:
-        values = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers, e.g. 1,2,4") from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: give positive integers, e.g. 1,2,4")
-    return values
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -54,13 +34,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="Pass@(K,T) of an agent (oracle, random, LLM): a K x T table and heatmap",
         description=DESCRIPTION,
         epilog=EXAMPLES,
-        formatter_class=_HelpFormatter,
+        formatter_class=HelpFormatter,
     )
     add_env_args(p)
     g = p.add_argument_group("agent")
     g.add_argument("--agent", default="oracle",
                    help="oracle | random | a model (tiny-1m, smollm2, a folder or checkpoint)")
-    g.add_argument("--compact-at", type=float, default=None,
+    g.add_argument("--compact-at", type=fraction, default=None,
                    help="oracle: compact when the context passes this fraction of the window")
     g.add_argument("--fork", action="store_true", help="oracle: fork one subagent per sub-question")
     g.add_argument("--error-rate", type=float, default=0.0, help="oracle: chance of a wrong action per step")
@@ -71,8 +51,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="offer info['candidates'] (the random agent then picks among them)")
     g.add_argument("--seed", type=int, default=0, help="seeds the agent and the runs (sample j of task i: seed+i*n+j)")
     e = p.add_argument_group("Pass@(K,T)")
-    e.add_argument("--ks", type=int_list, default=[1, 2, 4], metavar="K,K,...", help="sampling breadths K")
-    e.add_argument("--ts", type=int_list, default=[4, 8, 16, 32], metavar="T,T,...", help="step budgets T")
+    e.add_argument("--ks", type=int_list, default="1,2,4", metavar="K,K,...", help="sampling breadths K")
+    e.add_argument("--ts", type=int_list, default="4,8,16,32", metavar="T,T,...", help="step budgets T")
     e.add_argument("--n", type=int, default=8, help="samples per task (at least the largest K)")
     e.add_argument("--protocol", default="truncate", choices=PROTOCOLS,
                    help="truncate: one run under max T, read at each T; rerun: a run under each T")
@@ -80,7 +60,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="evaluate N tasks spread evenly over the split (None: all of them)")
     e.add_argument("--num-envs", type=int, default=8, help="episodes run side by side (batched agent calls)")
     e.add_argument("--out", default="eval", metavar="DIR", help="folder for passkt.csv/.md/.json/.png")
-    e.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    e.add_argument("--no-progress", action="store_true", help="hide progress bars (the evaluation's and the model loader's)")
     p.set_defaults(run=run)
 
 
@@ -102,6 +82,10 @@ def run(args: argparse.Namespace) -> int:
     if args.tasks is not None and args.tasks < 1:
         print("mosaic eval: --tasks must be at least 1", file=sys.stderr)
         return 2
+    if args.no_progress:
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()
     try:
         env = make_env(args, **({"candidates": True} if args.candidates or args.mode == "choose" else {}))
     except (TypeError, ValueError) as err:  # a bad env kwarg or value, explained by the env

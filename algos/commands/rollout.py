@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from .common import add_env_args, build_agent, make_env
+from .common import HelpFormatter, add_env_args, build_agent, fraction, make_env
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -14,11 +14,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "rollout",
         help="run an agent (oracle, random, LLM) for a few episodes and print each step",
         description="Run an agent in an env and print every step: the session, the action, what came back.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     add_env_args(p)
     p.add_argument("--agent", default="oracle", help="oracle | random | a model (tiny-1m, smollm2, a folder)")
-    p.add_argument("--compact-at", type=float, default=None,
+    p.add_argument("--compact-at", type=fraction, default=None,
                    help="oracle: compact when the context passes this fraction of the window")
     p.add_argument("--fork", action="store_true", help="oracle: fork one subagent per sub-question")
     p.add_argument("--error-rate", type=float, default=0.0, help="oracle: chance of a wrong action per step")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import sys
 from pathlib import Path
@@ -12,6 +13,8 @@ from tqdm import tqdm
 from envs.web import server
 from envs.web.corpus import TASKS_FILE, page_file, write_tasks
 from envs.web.site import load_site
+
+from .common import HelpFormatter
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -31,7 +34,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "(--site DIR, or gym.make(..., site=DIR)) with the same pages and tasks, and `mosaic site serve DIR` "
         "serves it.",
         epilog="example: mosaic site build --out site-0 --site-seed 0 --site-size 2000",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     build.add_argument("--out", required=True, type=Path, metavar="DIR", default=argparse.SUPPRESS,
                        help="folder to write (created if missing)")
@@ -48,7 +51,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description="Serve a site folder (from `mosaic site build`, or a corpus of HTML files) on 127.0.0.1, "
         "with a live search page at /search?q=... . Only this machine can connect. Ctrl-C stops.",
         epilog="example: mosaic site serve site-0 --port 8000",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     serve.add_argument("dir", type=Path, metavar="DIR", help="the site folder")
     serve.add_argument("--port", type=int, default=8000, metavar="N", help="port on 127.0.0.1 (0: any free port)")
@@ -84,10 +87,16 @@ def build(args: argparse.Namespace) -> int:
 
 
 def serve(args: argparse.Namespace) -> int:
+    try:
+        running = server.serve(args.dir, port=args.port)
+    except OSError as err:
+        if err.errno == errno.EADDRINUSE:
+            raise OSError(f"port {args.port} on 127.0.0.1 is in use: choose another with --port N "
+                          "(--port 0 takes any free port)") from None
+        raise
     handler = logging.StreamHandler()  # one line a request, as http.server prints them
     server.log.addHandler(handler)
     server.log.setLevel(logging.INFO)
-    running = server.serve(args.dir, port=args.port)
     print(f"serving {args.dir} at {running.url}/ (search: {running.url}/search?q=...); Ctrl-C stops", flush=True)
     try:
         running.wait()
