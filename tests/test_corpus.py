@@ -5,6 +5,7 @@ from __future__ import annotations
 import doctest
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -212,7 +213,7 @@ def test_a_missing_or_empty_corpus_says_what_it_expected(tmp_path):
 @pytest.mark.parametrize(
     "bad, message",
     [
-        ({"id": "d1", "url": "/a", "text": "x"}, 'missing "title"'),
+        ({"id": "d1", "url": "/a", "html": "<p>x</p>"}, 'missing "title"'),
         ({"url": "/a", "title": "A", "text": "x"}, 'missing "id"'),
         ({"id": "d1", "title": "A"}, 'give exactly one of "text" or "html"'),
         ({"id": "d1", "title": "A", "text": "x", "html": "<p>x</p>"}, 'give exactly one of "text" or "html"'),
@@ -288,3 +289,36 @@ def test_corpus_site_from_pages_in_memory():
 def test_docstring_examples_run(monkeypatch):
     monkeypatch.chdir(Path(__file__).parent.parent)  # the examples name the fixture corpora from the repo root
     assert doctest.testmod(corpus).failed == 0
+
+
+def test_browsecomp_plus_field_names_load(tmp_path):
+    """BrowseComp-Plus's own names: docid/text/url for documents, query_id/query/answer (and its doc lists)
+    for queries."""
+    docs = [{"docid": "101", "url": "https://en.example.org/wiki/Edra_Vane",
+             "text": "---\ntitle: Edra Vane\n---\nEdra Vane was a painter born in Oskarde."},
+            {"docid": 102, "text": "Oskarde is a town on the river Lem."}]
+    queries = [{"query_id": "q1", "query": "Which painter was born in Oskarde?", "answer": "Edra Vane",
+                "gold_docs": [{"docid": "101", "text": "..."}], "negative_docs": [], "evidence_docs": []}]
+    (tmp_path / "documents.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    (tmp_path / "tasks.jsonl").write_text("".join(json.dumps(q) + "\n" for q in queries))
+    site = load_corpus(tmp_path)
+    by_path = {d.path: d for d in site.documents()}
+    assert by_path["/en.example.org/wiki/Edra_Vane"].title == "Edra Vane"
+    assert by_path["/doc/102"].title == "Oskarde is a town on the river Lem."
+    task = site.tasks[0]
+    assert (task.id, task.question, task.answer) == ("q1", "Which painter was born in Oskarde?", "Edra Vane")
+    assert site.search("painter Oskarde")[0].path == "/en.example.org/wiki/Edra_Vane"
+
+
+@pytest.mark.parametrize("file, record, fragment", [
+    ("documents.jsonl", {"docid": "1", "id": "1", "text": "x"}, 'both "docid" and "id" are given'),
+    ("tasks.jsonl", {"query_id": "q", "id": "q", "question": "?", "answer": "a"}, 'both "query_id" and "id"'),
+    ("tasks.jsonl", {"id": "q", "query": "?", "question": "?", "answer": "a"}, 'both "query" and "question"'),
+])
+def test_an_alias_beside_its_own_name_is_refused(tmp_path, file, record, fragment):
+    good = {"documents.jsonl": {"id": "d1", "title": "T", "text": "x"},
+            "tasks.jsonl": {"id": "t1", "question": "?", "answer": "a"}}
+    for name, line in good.items():
+        (tmp_path / name).write_text(json.dumps(line) + "\n" + (json.dumps(record) + "\n" if name == file else ""))
+    with pytest.raises(CorpusError, match=f"{file} line 2: {re.escape(fragment)}"):
+        load_corpus(tmp_path)

@@ -14,6 +14,11 @@ Two layouts load, each with an optional ``tasks.jsonl`` beside the pages:
   path is ``url`` when it is a site path (``wiki/X`` counts as ``/wiki/X``), ``/<host><path>`` for an
   absolute URL, and ``/doc/<id>`` when ``url`` is absent or its path is already taken.
 
+**BrowseComp-Plus field names** load as they are: a document's ``docid`` is its ``id`` and its ``title``
+may be left out (the text's first line stands in); a query's ``query_id`` and ``query`` are a task's ``id`` and
+``question``, and its ``gold_docs``, ``negative_docs`` and ``evidence_docs`` are ignored. Save the queries as
+``tasks.jsonl`` beside ``documents.jsonl``.
+
 ``tasks.jsonl`` holds one task a line::
 
     {"id": "t1", "question": "Who ...?", "answer": "Edra Vane", "aliases": ["Vane"]}
@@ -60,6 +65,13 @@ _DOCUMENT_EXAMPLE = '{"id": "d1", "url": "/wiki/Edra_Vane", "title": "Edra Vane"
 TASK_EXAMPLE = '{"id": "t1", "question": "Who ...?", "answer": "Edra Vane", "aliases": ["Vane"]}'
 _DOCUMENT_KEYS = ("id", "url", "title", "text", "html")
 _TASK_KEYS = ("id", "question", "answer", "aliases", "hops", "family", "answer_kind", "split")
+#: The field names of BrowseComp-Plus (and of most retrieval corpora), read as ours: a document's ``docid`` is
+#: its ``id``; a query's ``query_id`` and ``query`` are a task's ``id`` and ``question``.
+DOCUMENT_KEY_ALIASES = {"docid": "id"}
+TASK_KEY_ALIASES = {"query_id": "id", "query": "question"}
+#: BrowseComp-Plus query fields that a task does not use (the documents they list are in the corpus already).
+TASK_KEYS_IGNORED = ("gold_docs", "negative_docs", "evidence_docs")
+TITLE_CHARS = 120
 
 
 class CorpusError(ValueError):
@@ -266,12 +278,16 @@ def _jsonl_site(file: Path) -> CorpusSite:
     ids: set[str] = set()
     for line_no, record in _records(file, _DOCUMENT_EXAMPLE):
         where = f"{file.name} line {line_no}"
+        record = _canonical(record, DOCUMENT_KEY_ALIASES, where)
         _check_keys(record, _DOCUMENT_KEYS, where, _DOCUMENT_EXAMPLE)
         doc_id = _id(record, where, _DOCUMENT_EXAMPLE)
         if doc_id in ids:
             raise CorpusError(f"{where}: the id {shown(doc_id)} is used twice; every document needs its own id")
         ids.add(doc_id)
-        title = _string(record, "title", where, _DOCUMENT_EXAMPLE)
+        if "title" in record or "text" not in record:
+            title = _string(record, "title", where, _DOCUMENT_EXAMPLE)
+        else:  # BrowseComp-Plus documents have none: the text's first line stands in
+            title = _title_from_text(_string(record, "text", where, _DOCUMENT_EXAMPLE, empty=True), doc_id)
         if ("text" in record) == ("html" in record):
             raise CorpusError(f'{where}: give exactly one of "text" or "html"; a valid line: {_DOCUMENT_EXAMPLE}')
         url = record.get("url") or ""
@@ -330,6 +346,9 @@ def _load_tasks(file: Path) -> tuple[Task, ...]:
     ids: set[str] = set()
     for line_no, record in _records(file, TASK_EXAMPLE):
         where = f"{file.name} line {line_no}"
+        record = _canonical(record, TASK_KEY_ALIASES, where)
+        for key in TASK_KEYS_IGNORED:
+            record.pop(key, None)
         _check_keys(record, _TASK_KEYS, where, TASK_EXAMPLE)
         task_id = _id(record, where, TASK_EXAMPLE)
         if task_id in ids:
@@ -438,6 +457,34 @@ def _parse(line: str, where: str, example: str) -> Any:
     except RecursionError:
         raise CorpusError(f"{where}: JSON nested too deeply to read; a valid line: {example}") from None
     return value
+
+
+def _canonical(record: dict[str, Any], aliases: dict[str, str], where: str) -> dict[str, Any]:
+    """``record`` with each alias key renamed to ours; both spellings in one record is an error."""
+    if not any(alias in record for alias in aliases):
+        return record
+    out = dict(record)
+    for alias, key in aliases.items():
+        if alias in out:
+            if key in out:
+                raise CorpusError(f'{where}: both "{alias}" and "{key}" are given; they mean the same, keep one')
+            out[key] = out.pop(alias)
+    return out
+
+
+def _title_from_text(text: str, doc_id: str) -> str:
+    """The first non-empty line of ``text`` (a leading ``title:`` dropped), cut to :data:`TITLE_CHARS`; else the id.
+
+    >>> _title_from_text("---\\ntitle: Edra Vane\\nEdra Vane was a painter.", "d1")
+    'Edra Vane'
+    """
+    for line in text.splitlines():
+        line = line.strip().strip("-").strip()
+        if line:
+            line = line[len("title:"):].strip() if line.lower().startswith("title:") else line
+            if line:
+                return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 3].rstrip() + "..."
+    return f"Document {doc_id}"
 
 
 def _check_keys(record: dict[str, Any], known: tuple[str, ...], where: str, example: str) -> None:
