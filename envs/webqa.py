@@ -145,7 +145,8 @@ class WebQAEnv(gym.Env[str, str]):
         render_mode: ``"ansi"`` or ``None``.
     """
 
-    metadata = {"render_modes": ["ansi"]}
+    # render_fps: text frames have no natural rate; declared so that players and check_env have one.
+    metadata = {"render_modes": ["ansi"], "render_fps": 1}
 
     def __init__(
         self,

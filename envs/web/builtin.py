@@ -117,8 +117,8 @@ class BuiltinSite(Site):
             if i < skip_to:
                 continue
             word = words[i]
-            if word.isdigit():
-                if len(word) == 4 and int(word) in _YEARS:
+            if word.isdigit():  # "²" and "①" are digits too, but no year: int() refuses them
+                if len(word) == 4 and word.isascii() and int(word) in _YEARS:
                     found.setdefault(word, "year")
                 continue
             for name_words, value, kind in self._multi.get((word, words[i + 1] if i + 1 < len(words) else ""), ()):
