@@ -4,7 +4,27 @@ command line can show its defaults without loading a model)."""
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+RESUMABLE = ("iterations",)
+"""The settings a resumed run may change: how many RL iterations it runs in all (extend it, or stop it earlier).
+
+Every other setting is the run's own: changing it midway would make the run neither the old one nor the new
+one. ``eval_episodes`` in particular stays: the paired gain compares the warm-start and the final evaluation
+task by task, so both must run the same episodes. So do ``num_envs``, ``micro_batch_tokens`` and ``device``:
+they change which episodes share a batch and the order of the arithmetic, so the resumed run would no longer
+equal one that never stopped.
+"""
+NOT_SETTINGS = ("out", "resume")  # where the run lives and whether it continues: not what it computes
+
+
+class ConfigError(ValueError):
+    """A run's ``config.json`` that is missing or unreadable, or settings that contradict it; one line."""
 
 
 @dataclass
@@ -74,3 +94,67 @@ class TrainConfig:
             self.pg = PGConfig(**self.pg)
         # A copy: a PGConfig shared by two TrainConfigs (or kept by dataclasses.replace) keeps its own advantage.
         self.pg = dataclasses.replace(self.pg, advantage=self.algo)
+
+
+def config_to_json(config: TrainConfig) -> dict[str, Any]:
+    """The settings as JSON data (tuples become lists), without :data:`NOT_SETTINGS`: the folder a run's
+    ``config.json`` lies in is its ``out`` (wherever it was moved), and ``resume`` is how it starts."""
+    data = json.loads(json.dumps(dataclasses.asdict(config), default=str))
+    for name in NOT_SETTINGS:
+        data.pop(name)
+    return data
+
+
+def config_from_json(data: dict[str, Any], out: str | Path) -> TrainConfig:
+    """The :class:`TrainConfig` that :func:`config_to_json` wrote, run in ``out`` (unknown fields are an error)."""
+    known = {f.name for f in dataclasses.fields(TrainConfig)} - set(NOT_SETTINGS)
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise TypeError(f"unknown settings {unknown}")
+    return TrainConfig(**data, out=str(out))
+
+
+def write_config(path: str | Path, config: TrainConfig) -> None:
+    """Write ``config`` to ``path`` as JSON atomically (a temporary file renamed over it): never half a file."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(config_to_json(config), f, indent=2)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_config(path: str | Path) -> TrainConfig:
+    """The run's settings from its ``config.json``; a :class:`ConfigError` naming the file if unusable."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"no run to resume in {path.parent}: it has no {path.name} (start the run without --resume)")
+    try:
+        return config_from_json(json.loads(path.read_text()), out=path.parent)
+    except (ValueError, TypeError) as err:
+        raise ConfigError(f"{path} is not a run's settings ({type(err).__name__}: {err})") from None
+
+
+def setting(config: TrainConfig, name: str) -> Any:
+    """A setting by dotted name (``"pg.lr"``, ``"env_kwargs.hops"``) as JSON data; None where absent."""
+    value: Any = config_to_json(config)
+    for part in name.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def changed_settings(saved: TrainConfig, config: TrainConfig) -> list[tuple[str, Any, Any]]:
+    """``(name, saved value, new value)`` of every setting that ``config`` changes and a resume may not."""
+    def flat(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for k, v in data.items():
+            out.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {prefix + k: v})
+        return out
+
+    before, after = flat(config_to_json(saved)), flat(config_to_json(config))
+    return [(k, before.get(k), after.get(k)) for k in sorted(set(before) | set(after))
+            if k not in RESUMABLE and before.get(k) != after.get(k)]

@@ -10,11 +10,14 @@ Read top to bottom: :class:`TrainConfig` holds every setting (one line each), :f
 4. Held-out success (the test split) before and after RL; metrics to ``metrics.jsonl`` every iteration; a
    checkpoint every iteration (atomic; ``resume=True`` continues exactly); a training-curve PNG and the
    trained model (``final/``, loadable by ``mosaic eval --agent``) at the end.
+
+The settings are written to ``config.json`` in the run folder when it starts. A resume must keep them (only
+``iterations`` may change, :data:`algos.config.RESUMABLE`); one stopped before its first checkpoint (during the
+warm start) starts again from the beginning, exactly as a run that never stopped.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import random
 import time
@@ -34,8 +37,9 @@ from agents.models import load_model, load_tokenizer
 from . import credit
 from .bc import TeacherForcing, clone
 from .budgets import FixedBudget, parse_budgets
-from .checkpoint import load_checkpoint, save_checkpoint
-from .config import TrainConfig
+from .checkpoint import CheckpointError, read_checkpoint, remove_stale_temps, restore_checkpoint, save_checkpoint
+from .config import (RESUMABLE, ConfigError, TrainConfig, changed_settings, config_to_json, read_config,
+                     write_config)
 from .pg import PolicyGradient
 from .rollout import Collector, Request, Trajectory, session_sequences
 
@@ -44,10 +48,16 @@ def train(config: TrainConfig, log: Any = print) -> dict[str, Any]:
     """Run (or resume) training; returns the summary (held-out success before and after RL, and more)."""
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
+    checkpoint = out / "checkpoint.pt"
+    for stale in remove_stale_temps(checkpoint):
+        log(f"removed {stale}, left by a checkpoint write that was killed")
+    # Read (and checked) first: a checkpoint that cannot be resumed from is refused before any work is done.
+    payload = _resume_payload(config, checkpoint, log)
+    write_config(out / "config.json", config)
     _seed_everything(config.seed)
     make_env = lambda split="train": gym.make(config.env_id, **{**config.env_kwargs, "split": split})  # noqa: E731
     env = make_env()
-    model, tokenizer = _model(config, env, out)
+    model, tokenizer = _model(config, env, out, from_run=payload is not None)
     agent = LLMAgent(model, tokenizer, mode=config.mode, temperature=config.temperature, seed=config.seed,
                      device=config.pg.device)
     learner = PolicyGradient(model, config.pg)
@@ -57,9 +67,8 @@ def train(config: TrainConfig, log: Any = print) -> dict[str, Any]:
     rng = np.random.default_rng(config.seed)
 
     state = {"iteration": 0, "phase": "warm_start", "history": [], "summary": {}}
-    checkpoint = out / "checkpoint.pt"
-    if config.resume and checkpoint.exists():
-        payload = load_checkpoint(checkpoint, model, learner.optimizer)
+    if payload is not None:
+        restore_checkpoint(checkpoint, payload, model, learner.optimizer)
         state = payload["extra"]["state"]
         rng.bit_generator.state = payload["extra"]["rng"]
         agent.generator.set_state(payload["extra"]["agent_rng"])
@@ -71,7 +80,7 @@ def train(config: TrainConfig, log: Any = print) -> dict[str, Any]:
         ref = {"ref_model": learner.ref_model.state_dict()} if learner.ref_model is not None else {}
         save_checkpoint(checkpoint, model, learner.optimizer, state["iteration"],
                         extra={"state": state, "rng": rng.bit_generator.state,
-                               "agent_rng": agent.generator.get_state(), "config": _jsonable(config), **ref})
+                               "agent_rng": agent.generator.get_state(), "config": config_to_json(config), **ref})
 
     if state["phase"] == "warm_start":
         summary = state["summary"]
@@ -238,10 +247,41 @@ def paired_gain(before: dict[str, Any], after: dict[str, Any]) -> tuple[float, f
     return float(diffs.mean()), stderr
 
 
-def _model(config: TrainConfig, env: gym.Env, out: Path):
-    """The model: from the run folder when resuming, else built or loaded and saved there."""
+def _resume_payload(config: TrainConfig, checkpoint: Path, log: Any) -> dict[str, Any] | None:
+    """What this run continues from: ``checkpoint``'s payload when ``config.resume`` and one was written, else None.
+
+    A resume must keep the run's settings (its ``config.json``) but for :data:`algos.config.RESUMABLE`; a run
+    stopped before its first checkpoint starts again from the beginning (with the same settings, the same run).
+    """
+    if not config.resume:
+        return None
+    saved_path = checkpoint.parent / "config.json"
+    changed = changed_settings(read_config(saved_path), config)
+    if changed:
+        name, before, after = changed[0]
+        more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
+        raise ConfigError(f"resuming {checkpoint.parent} would change {name} from {before!r} to {after!r}{more}: "
+                          f"a resumed run keeps the settings in {saved_path} (only {', '.join(RESUMABLE)} may change)")
+    if not checkpoint.exists():
+        log(f"no checkpoint in {checkpoint.parent} yet (stopped during the warm start): starting it again")
+        return None
+    payload = read_checkpoint(checkpoint)
+    missing = [k for k in ("state", "rng", "agent_rng") if k not in payload["extra"]]
+    if missing:
+        raise CheckpointError(checkpoint, f"it has no training state ({', '.join(missing)}): not written by "
+                                          f"mosaic train")
+    return payload
+
+
+def _model(config: TrainConfig, env: gym.Env, out: Path, from_run: bool):
+    """The model: from the run folder when resuming from a checkpoint, else built or loaded and saved there.
+
+    Without a checkpoint the model is built again even when the folder exists: a kill may have cut its writing
+    short, and building it again is exactly what a run that never stopped did (the same RNG draws, the same
+    tokenizer, the env used the same way).
+    """
     folder = out / "model"
-    if config.resume and folder.exists():
+    if from_run and folder.exists():
         from transformers import AutoModelForCausalLM
 
         return AutoModelForCausalLM.from_pretrained(folder).eval(), load_tokenizer(folder)
@@ -260,10 +300,6 @@ def _seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-def _jsonable(config: TrainConfig) -> dict[str, Any]:
-    return json.loads(json.dumps(dataclasses.asdict(config), default=str))
 
 
 def _report(summary: dict[str, Any]) -> str:

@@ -1,11 +1,41 @@
-"""``mosaic train``: warm start, then broadcast or Mosaic policy gradient; held-out success before and after."""
+"""``mosaic train``: warm start, then broadcast or Mosaic policy gradient; held-out success before and after.
+
+``--resume`` continues the run in ``--out`` with the settings in its ``config.json``, not the command line's
+defaults: a flag given explicitly must agree with them (``--iterations`` may change, see
+:data:`algos.config.RESUMABLE`); one that contradicts them is an error naming the flag and both values.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from .common import parse_hops
+
+# The settings (dotted TrainConfig fields) each flag sets: what --resume checks a flag given explicitly against.
+SETS = {
+    "algo": ("algo",), "env": ("env_id",), "site_size": ("env_kwargs.site_size",),
+    "site_seed": ("env_kwargs.site_seed",), "hops": ("env_kwargs.hops",), "max_steps": ("env_kwargs.max_steps",),
+    "session_max_tokens": ("env_kwargs.session_max_tokens",), "budgets": ("budgets",), "model": ("model",),
+    "mode": ("mode", "env_kwargs.candidates"), "group_size": ("group_size",), "tasks_per_iter": ("tasks_per_iter",),
+    "iterations": ("iterations",), "estimator": ("estimator",), "continuations": ("continuations",),
+    "lambda_use": ("pg.lambda_use",), "beta": ("pg.beta",), "dr_grpo": ("pg.normalize_std",), "lr": ("pg.lr",),
+    "kl_coef": ("pg.kl_coef",), "micro_batch_tokens": ("pg.micro_batch_tokens",), "bc_episodes": ("bc_episodes",),
+    "bc_epochs": ("bc_epochs",), "bc_compact_at": ("bc_compact_at",), "eval_episodes": ("eval_episodes",),
+    "num_envs": ("num_envs",), "device": ("pg.device",), "dtype": ("pg.dtype",), "seed": ("seed",),
+}  # and --env-kwargs: each key of its JSON, env_kwargs.KEY
+
+
+class _Given(argparse.Action):
+    """Stores the flag's value and notes that it was given, so that ``--resume`` can tell it from a default.
+
+    A flag without a value (``nargs=0``) stores its ``const``.
+    """
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
+        namespace.given = (*getattr(namespace, "given", ()), self.dest)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -23,6 +53,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
+    p.register("action", None, _Given)  # the default action: every flag below notes that it was given
     p.add_argument("--algo", default=d.algo, choices=["broadcast", "mosaic"], help="credit assignment")
     p.add_argument("--env", default=d.env_id, help="environment id (mosaic/WebQA-v0, -Compact-, -Fork-, -Single-)")
     p.add_argument("--site-size", type=int, default=d.env_kwargs["site_size"], help="entities of the builtin site")
@@ -45,7 +76,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--continuations", type=int, default=d.continuations, help="Mosaic rollout estimator: M")
     p.add_argument("--lambda-use", type=float, default=d.pg.lambda_use, help="Mosaic: session-usage weight")
     p.add_argument("--beta", type=float, default=d.pg.beta, help="Mosaic: marginal-contribution weight")
-    p.add_argument("--dr-grpo", action="store_true", help="no division by the group's reward std (Dr. GRPO)")
+    p.add_argument("--dr-grpo", nargs=0, const=True, default=False,
+                   help="no division by the group's reward std (Dr. GRPO)")
     p.add_argument("--lr", type=float, default=d.pg.lr, help="RL learning rate")
     p.add_argument("--kl-coef", type=float, default=d.pg.kl_coef, help="KL to the initial model (0: off)")
     p.add_argument("--micro-batch-tokens", type=int, default=d.pg.micro_batch_tokens,
@@ -61,8 +93,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="training dtype")
     p.add_argument("--seed", type=int, default=d.seed, help="seeds everything")
     p.add_argument("--out", default=None, help="run folder (default: runs/<algo>)")
-    p.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
-    p.set_defaults(run=run)
+    p.add_argument("--resume", nargs=0, const=True, default=False,
+                   help="continue the run in --out from its checkpoint, with the settings in its config.json "
+                        "(flags given must agree with them; --iterations may change)")
+    p.set_defaults(run=run, given=())
 
 
 def config_from_args(args: argparse.Namespace):
@@ -90,8 +124,50 @@ def config_from_args(args: argparse.Namespace):
     )
 
 
+def resume_config(args: argparse.Namespace):
+    """The config of the run in ``--out`` (its ``config.json``), with the flags given that a resume may change.
+
+    Raises :class:`algos.config.ConfigError` for a flag given explicitly that contradicts the run's settings.
+    """
+    import dataclasses
+
+    from ..config import RESUMABLE, ConfigError, read_config, setting
+
+    wanted = config_from_args(args)
+    path = Path(wanted.out) / "config.json"
+    saved = read_config(path)
+    for dest in args.given:
+        for name in _settings_of(dest, args):
+            if name in RESUMABLE:
+                continue
+            if setting(wanted, name) != setting(saved, name):
+                raise ConfigError(f"{_flag(dest, args)} contradicts the run's {name} = {setting(saved, name)!r} in "
+                                  f"{path} (a resumed run keeps its settings; only --{', --'.join(RESUMABLE)} may "
+                                  f"change)")
+    changes = {name: getattr(wanted, name) for name in RESUMABLE if name in args.given}
+    return dataclasses.replace(saved, **changes, resume=True)
+
+
+def _settings_of(dest: str, args: argparse.Namespace) -> tuple[str, ...]:
+    if dest == "env_kwargs":
+        return tuple(f"env_kwargs.{k}" for k in json.loads(args.env_kwargs))
+    return SETS.get(dest, ())
+
+
+def _flag(dest: str, args: argparse.Namespace) -> str:
+    """The flag as given: ``--lr 0.01``, ``--hops '1-3'``, ``--dr-grpo``."""
+    value = getattr(args, dest)
+    shown = "" if isinstance(value, bool) else f" {value!r}" if isinstance(value, str) else f" {value}"
+    return f"--{dest.replace('_', '-')}{shown}"
+
+
 def run(args: argparse.Namespace) -> int:
+    from ..checkpoint import CheckpointError
+    from ..config import ConfigError
     from ..train import train
 
-    train(config_from_args(args))
+    try:
+        train(resume_config(args) if args.resume else config_from_args(args))
+    except (CheckpointError, ConfigError) as err:
+        raise SystemExit(f"mosaic train: {err}") from None
     return 0
