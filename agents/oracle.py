@@ -33,8 +33,8 @@ import numpy as np
 
 from envs.actions import format_action
 from envs.backends import TextBackend
+from envs.web import GoldStep, Site, Task
 from envs.web.browser import CHUNK_TOKENS, PageView
-from envs.web.site import GoldStep, Site, Task
 
 from .base import Agent, step_rng
 

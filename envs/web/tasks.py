@@ -8,7 +8,7 @@ Four families (see ``docs/contract.md``, "Sites and tasks"):
   exactly one person meets, at least one of them checkable only on another page, with a distractor that
   meets all but one. The gold path starts from the occupation's category page.
 - ``compare``: "Of A, B and C, whose employer was founded earliest?": one chain sub-question per item (each a
-  :class:`~envs.web.site.Task` in ``subtasks``), then a comparison; ``hops`` is a sub-question's hops plus one.
+  :class:`~envs.web.types.Task` in ``subtasks``), then a comparison; ``hops`` is a sub-question's hops plus one.
 - ``long``: a chain whose every page is a long article with its fact deep inside, so that reading to the
   facts takes more than :data:`LONG_EVIDENCE_TOKENS` tokens.
 
@@ -37,7 +37,7 @@ from typing import Callable, Iterable
 from ..tokens import approx_tokens
 from .pages import Pages, category_path, indefinite
 from .search import terms
-from .site import GoldStep, Task, normalize_answer
+from .types import GoldStep, Task, normalize_answer
 from .world import (
     EVENT,
     OCCUPATION,
