@@ -563,12 +563,24 @@ def make_tasks(world: World, pages: Pages) -> tuple[tuple[Task, ...], dict[str, 
     Each (family, hops, split) cell gets :func:`quotas` tasks where the world allows; a cell the world cannot
     fill within its tries gets fewer.
     """
+    return _numbered(_drafts(world, pages))
+
+
+_Cells = dict[tuple[str, str, int], list[_Draft]]
+
+
+def _drafts(world: World, pages: Pages) -> _Cells:
+    """The drafts kept for each ``(split, family, hops)`` cell, a question asked twice kept once.
+
+    Cells are drafted family by family, then by hops, train before test, from one random stream: the same
+    world gives the same tasks only as long as this order holds.
+    """
     generator = _TaskGenerator(world, pages)
     by_family: dict[str, Callable[[int, str], _Draft | None]] = {
         "chain": generator.chain, "inverted": generator.inverted, "compare": generator.compare,
         "long": lambda hops, split: generator.chain(hops, split, long=True),
     }
-    cells: dict[tuple[str, str, int], list[_Draft]] = {}
+    cells: _Cells = {}
     seen: set[str] = set()
     for family in FAMILIES:
         for hops in HOPS[family]:
@@ -582,6 +594,12 @@ def make_tasks(world: World, pages: Pages) -> tuple[tuple[Task, ...], dict[str, 
                     if draft is not None and draft.task.question not in seen:
                         seen.add(draft.task.question)
                         cell.append(draft)
+    return cells
+
+
+def _numbered(cells: _Cells) -> tuple[tuple[Task, ...], dict[str, tuple[int, ...]]]:
+    """The drafts as tasks with ids (``train-chain-0001``; a subtask adds ``.1``, ``.2``, ...), numbered within
+    a split and family across its hops, in the order :func:`make_tasks` lists them, with what each asks about."""
     tasks: list[Task] = []
     asked: dict[str, tuple[int, ...]] = {}
     for split in (TRAIN, TEST):
