@@ -33,8 +33,8 @@ import numpy as np
 
 from envs.actions import format_action
 from envs.backends import TextBackend
+from envs.web import GoldStep, Site, Task
 from envs.web.browser import CHUNK_TOKENS, PageView
-from envs.web.site import GoldStep, Site, Task
 
 from .base import Agent, step_rng
 
@@ -121,13 +121,13 @@ class OracleAgent(Agent):
         plan = plans[sid]
         last = info["messages"][-1]["content"] if info.get("messages") else ""
         if last.startswith("[Context full"):
-            return self._compact(plan, plans, sid)
+            return self._compact(plan)
         rng = step_rng(self.seed, info) or self.rng
         if self.error_rate and rng.random() < self.error_rate:
             return self._mistake(plan, rng)
         if self.compact_at is not None and info.get("context_tokens", 0) > self.compact_at * self.session_max_tokens \
                 and plan.done > 0 and plan.acted > 0 and not self._reading(plan):
-            return self._compact(plan, plans, sid)
+            return self._compact(plan)
         plan.acted += 1
         if plan.forks:
             sub = plan.forks.pop(0)
@@ -226,7 +226,9 @@ class OracleAgent(Agent):
         if step.note and step.note not in plan.notes:
             plan.notes.append(step.note)
 
-    def _compact(self, plan: _Plan, plans: dict[int, _Plan], sid: int) -> str:
+    def _compact(self, plan: _Plan) -> str:
+        """The compact action, its summary the facts noted and the progress. It forgets the page on screen:
+        after a compaction none is, and the next scroll reopens the page it reads (see :meth:`_next`)."""
         plan.page = None
         found = " ".join(plan.notes) if plan.notes else "Nothing found yet."
         summary = f"Facts found so far: {found} Progress: {plan.done} of {len(plan.steps)} research steps done."

@@ -37,7 +37,7 @@ import envs  # noqa: E402, F401  (registers the environments)
 from bench.common import Recorder, emit, figure, machine  # noqa: E402
 from envs.actions import format_action  # noqa: E402
 from envs.playwright_backend import ORIGIN, PlaywrightBackend, child_processes  # noqa: E402
-from envs.web.site import Task  # noqa: E402
+from envs.web import Task  # noqa: E402
 
 ENV_ID = "mosaic/WebQA-Single-v0"
 PACKAGES = ("playwright", "gymnasium", "lxml")

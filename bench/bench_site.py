@@ -22,10 +22,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import emit, figure, machine  # noqa: E402
+from envs.web import Site  # noqa: E402
 from envs.web.browser import html_to_view  # noqa: E402
 from envs.web.builtin import BuiltinSite  # noqa: E402
 from envs.web.search import SearchIndex  # noqa: E402
-from envs.web.site import Site  # noqa: E402
 
 PACKAGES = ("bm25s", "lxml", "numpy", "gymnasium")
 REPEAT = 3

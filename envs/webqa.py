@@ -38,7 +38,9 @@ from .spaces import AnyText
 from .tokens import CheckedCounter, TokenCounter, approx_tokens
 from .web.browser import CHUNK_TOKENS, PageView
 from .web.corpus import TASK_EXAMPLE, TASKS_FILE
-from .web.site import Site, Task, load_site, normalize_answer
+from .web.loader import load_site
+from .web.site import Site
+from .web.types import Task, normalize_answer
 
 OVERFLOW_POLICIES = ("force_compact", "truncate", "terminate")
 MAX_ANSWER_CANDIDATES = 8

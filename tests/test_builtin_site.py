@@ -11,11 +11,11 @@ import sys
 import pytest
 
 from envs.tokens import approx_tokens
+from envs.web import Task, normalize_answer
 from envs.web.browser import html_text, html_title, html_to_view
 from envs.web.builtin import BuiltinSite
 from envs.web.pages import HOME_PATH, filler_words
 from envs.web.search import terms
-from envs.web.site import Task, normalize_answer
 from envs.web.tasks import FAMILIES, HOPS, LONG_EVIDENCE_TOKENS
 from envs.web.world import (
     EVENT,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from envs.web import corpus
+from envs.web import Site, corpus, normalize_answer
 from envs.web.browser import html_to_view
 from envs.web.corpus import (
     CorpusError,
@@ -23,7 +23,6 @@ from envs.web.corpus import (
     task_record,
     write_tasks,
 )
-from envs.web.site import Site, normalize_answer
 
 FIXTURES = Path(__file__).parent / "fixtures"
 HTML = FIXTURES / "corpus_html"

@@ -25,8 +25,8 @@ from envs.actions import format_action
 from envs.backends import TextBackend
 from envs.playwright_backend import (CHROMIUM_ENV, DEFAULT_CHROMIUM, ORIGIN, ChromiumNotFound, PlaywrightBackend,
                                      child_processes)
+from envs.web import Document, Site, Task
 from envs.web.corpus import load_corpus
-from envs.web.site import Document, Site, Task
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 

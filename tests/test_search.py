@@ -7,9 +7,8 @@ import threading
 
 import pytest
 
-from envs.web import search
+from envs.web import Document, SearchResult, search
 from envs.web.search import SNIPPET_WORDS, SearchIndex, snippet, terms
-from envs.web.site import Document, SearchResult
 
 DOCS = [
     Document("/wiki/Edra_Vane", "Edra Vane", "Edra Vane was a painter. She was born in Oskarde in 1887."),

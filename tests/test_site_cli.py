@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from algos.cli import main
+from envs.web import Site, load_site
 from envs.web.corpus import load_corpus
 from envs.web.server import SiteServer
-from envs.web.site import Site, load_site
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

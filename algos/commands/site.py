@@ -10,9 +10,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from envs.web import server
+from envs.web import load_site, server
 from envs.web.corpus import TASKS_FILE, page_file, write_tasks
-from envs.web.site import load_site
 
 from .common import HelpFormatter
 

@@ -24,8 +24,9 @@ from typing import Iterator
 from bm25s.stopwords import STOPWORDS_EN
 
 from .pages import Pages, template_words
-from .site import Document, Site
+from .site import Site
 from .tasks import make_tasks, question_words
+from .types import Document
 from .world import World
 
 # Rendered pages kept per site: every page a group of episodes touches; browsers keep their own views too.

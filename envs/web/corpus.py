@@ -53,7 +53,8 @@ from typing import Any, Iterator, Sequence
 
 from ..checks import shown
 from .browser import html_text, html_title
-from .site import Document, Site, Task
+from .site import Site
+from .types import Document, Task
 
 TASKS_FILE = "tasks.jsonl"
 DOCUMENTS_FILE = "documents.jsonl"

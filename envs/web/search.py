@@ -1,7 +1,7 @@
 """Full-text search over a site's pages: BM25 (``bm25s``) over titles and text, with snippets.
 
 Example:
-    >>> from envs.web.site import Document
+    >>> from envs.web import Document
     >>> index = SearchIndex([
     ...     Document("/wiki/Edra_Vane", "Edra Vane", "Edra Vane was a painter. She was born in 1887."),
     ...     Document("/wiki/Oskarde", "Oskarde", "Oskarde is a port city."),
@@ -22,7 +22,7 @@ import bm25s
 import numpy as np
 from bm25s.stopwords import STOPWORDS_EN
 
-from .site import Document, SearchResult
+from .types import Document, SearchResult
 
 # A title counts as much as this many mentions in the text, so that a page about a name outranks pages
 # that merely mention it.

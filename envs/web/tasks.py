@@ -8,7 +8,7 @@ Four families (see ``docs/contract.md``, "Sites and tasks"):
   exactly one person meets, at least one of them checkable only on another page, with a distractor that
   meets all but one. The gold path starts from the occupation's category page.
 - ``compare``: "Of A, B and C, whose employer was founded earliest?": one chain sub-question per item (each a
-  :class:`~envs.web.site.Task` in ``subtasks``), then a comparison; ``hops`` is a sub-question's hops plus one.
+  :class:`~envs.web.types.Task` in ``subtasks``), then a comparison; ``hops`` is a sub-question's hops plus one.
 - ``long``: a chain whose every page is a long article with its fact deep inside, so that reading to the
   facts takes more than :data:`LONG_EVIDENCE_TOKENS` tokens.
 
@@ -37,7 +37,7 @@ from typing import Callable, Iterable
 from ..tokens import approx_tokens
 from .pages import Pages, category_path, indefinite
 from .search import terms
-from .site import GoldStep, Task, normalize_answer
+from .types import GoldStep, Task, normalize_answer
 from .world import (
     EVENT,
     OCCUPATION,
@@ -116,11 +116,17 @@ _NOTE = {
 
 
 @dataclass(frozen=True)
-class _Made:
-    """A generated task and the ids of the entities it asks about."""
+class _Draft:
+    """A task as a family of :class:`_TaskGenerator` writes it, before :func:`make_tasks` keeps and numbers it.
+
+    Attributes:
+        task: the task, its ``id`` (and its subtasks' ids) still ``""``.
+        asked: the ids of the entities it asks about (its answer entities), which
+            :meth:`~envs.web.builtin.BuiltinSite.answer_entities` reports once the task has an id.
+    """
 
     task: Task
-    entities: tuple[int, ...]
+    asked: tuple[int, ...]
 
 
 class SnippetCheck:
@@ -178,8 +184,13 @@ def _padded(text: str) -> str:
     return f" {normalize_answer(text)} "
 
 
-class _Maker:
-    """Generates the tasks of one world (see :func:`make_tasks`)."""
+class _TaskGenerator:
+    """Drafts tasks about one world, a method per family (:meth:`chain`, :meth:`inverted`,
+    :meth:`compare`), each returning a :class:`_Draft` or ``None`` when its random pick makes no valid task.
+
+    The families share one random stream and what is costly to build once per world: the snippet check, the
+    people by occupation and split, and the text of the long pages read so far (see :func:`make_tasks`).
+    """
 
     def __init__(self, world: World, pages: Pages):
         self.world = world
@@ -287,7 +298,7 @@ class _Maker:
             entities.append(self.world.entities[here.links[r]])
         return relations, entities
 
-    def chain(self, hops: int, split: str, long: bool = False) -> _Made | None:
+    def chain(self, hops: int, split: str, long: bool = False) -> _Draft | None:
         rng = self.rng
         start = rng.choice(self.long_pages if long else self.world.entities)
         walked = self.walk(start, hops - 1, long_only=long)
@@ -313,9 +324,9 @@ class _Maker:
             split=answer_of.split, answer_kind=entity_answer.kind if entity_answer else "year",
             gold_path=self.chain_path(entities, relations, key), search_queries=(start.name,),
         )
-        return _Made(task, (answer_of.id,))
+        return _Draft(task, (answer_of.id,))
 
-    def compare(self, hops: int, split: str) -> _Made | None:
+    def compare(self, hops: int, split: str) -> _Draft | None:
         rng = self.rng
         kind = rng.choice((PERSON, PERSON, ORGANISATION, WORK))
         items_pool = self.world.of_kind(kind)
@@ -369,9 +380,9 @@ class _Maker:
             gold_path=tuple(step for sub in subtasks for step in sub.gold_path),
             subtasks=tuple(subtasks), search_queries=tuple(i.name for i in items),
         )
-        return _Made(task, tuple(e.id for e in asked))
+        return _Draft(task, tuple(e.id for e in asked))
 
-    def inverted(self, hops: int, split: str) -> _Made | None:
+    def inverted(self, hops: int, split: str) -> _Draft | None:
         rng = self.rng
         person = rng.choice(self.people[split])
         candidates = self.by_occupation[person.category]
@@ -406,7 +417,7 @@ class _Maker:
             hops=hops, split=person.split, answer_kind=PERSON, gold_path=tuple(steps),
             search_queries=(occupation.plural,),
         )
-        return _Made(task, (person.id,))
+        return _Draft(task, (person.id,))
 
     def constraints(self, p: Entity) -> list[_Constraint]:
         """The constraints ``p`` meets that an inverted question can ask."""
@@ -552,12 +563,24 @@ def make_tasks(world: World, pages: Pages) -> tuple[tuple[Task, ...], dict[str, 
     Each (family, hops, split) cell gets :func:`quotas` tasks where the world allows; a cell the world cannot
     fill within its tries gets fewer.
     """
-    maker = _Maker(world, pages)
-    makers: dict[str, Callable[[int, str], _Made | None]] = {
-        "chain": maker.chain, "inverted": maker.inverted, "compare": maker.compare,
-        "long": lambda hops, split: maker.chain(hops, split, long=True),
+    return _numbered(_drafts(world, pages))
+
+
+_Cells = dict[tuple[str, str, int], list[_Draft]]
+
+
+def _drafts(world: World, pages: Pages) -> _Cells:
+    """The drafts kept for each ``(split, family, hops)`` cell, a question asked twice kept once.
+
+    Cells are drafted family by family, then by hops, train before test, from one random stream: the same
+    world gives the same tasks only as long as this order holds.
+    """
+    generator = _TaskGenerator(world, pages)
+    by_family: dict[str, Callable[[int, str], _Draft | None]] = {
+        "chain": generator.chain, "inverted": generator.inverted, "compare": generator.compare,
+        "long": lambda hops, split: generator.chain(hops, split, long=True),
     }
-    cells: dict[tuple[str, str, int], list[_Made]] = {}
+    cells: _Cells = {}
     seen: set[str] = set()
     for family in FAMILIES:
         for hops in HOPS[family]:
@@ -567,22 +590,28 @@ def make_tasks(world: World, pages: Pages) -> tuple[tuple[Task, ...], dict[str, 
                 for _ in range(ATTEMPTS * wanted[split]):
                     if len(cell) == wanted[split]:
                         break
-                    made = makers[family](hops, split)
-                    if made is not None and made.task.question not in seen:
-                        seen.add(made.task.question)
-                        cell.append(made)
+                    draft = by_family[family](hops, split)
+                    if draft is not None and draft.task.question not in seen:
+                        seen.add(draft.task.question)
+                        cell.append(draft)
+    return cells
+
+
+def _numbered(cells: _Cells) -> tuple[tuple[Task, ...], dict[str, tuple[int, ...]]]:
+    """The drafts as tasks with ids (``train-chain-0001``; a subtask adds ``.1``, ``.2``, ...), numbered within
+    a split and family across its hops, in the order :func:`make_tasks` lists them, with what each asks about."""
     tasks: list[Task] = []
     asked: dict[str, tuple[int, ...]] = {}
     for split in (TRAIN, TEST):
         for family in FAMILIES:
             number = 0
             for hops in HOPS[family]:
-                for made in cells.get((split, family, hops), []):
+                for draft in cells.get((split, family, hops), []):
                     number += 1
                     task_id = f"{split}-{family}-{number:04d}"
-                    subtasks = tuple(_with_id(s, f"{task_id}.{i + 1}") for i, s in enumerate(made.task.subtasks))
-                    tasks.append(_with_id(made.task, task_id, subtasks))
-                    asked[task_id] = made.entities
+                    subtasks = tuple(_with_id(s, f"{task_id}.{i + 1}") for i, s in enumerate(draft.task.subtasks))
+                    tasks.append(_with_id(draft.task, task_id, subtasks))
+                    asked[task_id] = draft.asked
     return tuple(tasks), asked
 
 
