@@ -7,6 +7,7 @@ import socket
 import sys
 
 import pytest
+import torch
 
 from algos.cli import main
 
@@ -66,7 +67,7 @@ def test_a_hub_id_offline_is_one_line_and_no_download(tmp_path, capsys, monkeypa
     (["--site-size", "5"], "site_size must be a whole number >= 60"),
     (["--env-kwargs", '{"max_step": 3}'], "did you mean 'max_steps'"),
     (["--env-kwargs", "{oops"], "--env-kwargs is not valid JSON"),
-    (["--hops", "one"], "--hops 'one': use a number (2) or a range (1-3)"),
+    (["--hops", "one"], "argument --hops: 'one': use a number (2) or a range (1-3)"),
 ])
 def test_bad_eval_arguments_are_one_line(tmp_path, capsys, argv, fragment):
     code, err = run_cli([*EVAL, "--out", str(tmp_path / "o"), *argv], capsys)
@@ -83,3 +84,22 @@ def test_site_serve_on_a_port_in_use_is_one_line(tmp_path, capsys):
         code, err = run_cli(["site", "serve", str(tmp_path), "--port", str(port)], capsys)
     assert code == 2 and err.strip() == (f"mosaic site serve: port {port} on 127.0.0.1 is in use: choose another "
                                          "with --port N (--port 0 takes any free port)")
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--device", "cuda:0" if not torch.cuda.is_available() else "cuda:99"], "argument --device: "),
+    (["--device", "gpu"], "argument --device: 'gpu' is not a device"),
+    (["--budgets", "4,x"], "argument --budgets: invalid budget spec '4,x'"),
+    (["--budgets", "log:32-4"], "low must not exceed high"),
+    (["--bc-compact-at", "2"], "argument --bc-compact-at: '2' is not a fraction in (0, 1]"),
+    (["--model", "Random"], "'Random' is not a model: use one of tiny-1m"),
+    (["--site-size", "5"], "site_size must be a whole number >= 60"),
+    (["--env-kwargs", '{"max_step": 3}'], "did you mean 'max_steps'"),
+    (["--hops", "1-x"], "argument --hops: '1-x': use a number (2) or a range (1-3)"),
+])
+def test_bad_train_arguments_are_one_line_and_leave_no_run_folder(tmp_path, capsys, argv, fragment):
+    out = tmp_path / "run"
+    code, err = run_cli(["train", "--site-size", str(SITE_SIZE), "--out", str(out), *argv], capsys)
+    last = err.strip().splitlines()[-1]  # argparse prints its usage first, then the one line
+    assert code == 2 and last.startswith("mosaic train") and fragment in last and "Traceback" not in err, err
+    assert not out.exists()

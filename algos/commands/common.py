@@ -55,7 +55,7 @@ def fraction(text: str) -> float:
     return value
 
 
-def add_env_args(p: argparse.ArgumentParser, env_id: str = "mosaic/WebQA-v0", hops: str | None = None,
+def add_env_args(p: argparse.ArgumentParser, env_id: str = "mosaic/WebQA-v0", default_hops: str | None = None,
                  site_size: int = 2000) -> None:
     """The env options every subcommand takes."""
     g = p.add_argument_group("environment")
@@ -64,7 +64,7 @@ def add_env_args(p: argparse.ArgumentParser, env_id: str = "mosaic/WebQA-v0", ho
     g.add_argument("--site-seed", type=int, default=0, help="which builtin site")
     g.add_argument("--site-size", type=int, default=site_size, help="entities of the builtin site")
     g.add_argument("--split", default="test", choices=["train", "test", "all"], help="task split")
-    g.add_argument("--hops", default=hops, help="difficulty: N or LO-HI (default: every task)")
+    g.add_argument("--hops", type=hops, default=default_hops, help="difficulty: N or LO-HI (default: every task)")
     g.add_argument("--max-steps", type=int, default=None, help="step budget T (default: the env's)")
     g.add_argument("--session-max-tokens", type=int, default=None, help="context window of a session")
     g.add_argument("--backend", default="text", choices=["text", "playwright"], help="browser backend")
@@ -95,14 +95,26 @@ def make_env(args: argparse.Namespace, **extra: Any) -> gym.Env:
 
 
 def parse_hops(text: str) -> int | tuple[int, int]:
-    """``"2"`` -> 2, ``"1-3"`` -> (1, 3)."""
+    """``"2"`` -> 2, ``"1-3"`` -> (1, 3); ``ValueError`` for anything else."""
+    if "-" in text:
+        lo, hi = text.split("-", 1)
+        return int(lo), int(hi)
+    return int(text)
+
+
+def hops(text: str) -> str:
+    """``text`` when :func:`parse_hops` reads it (the option keeps its text, so that it reads the same in
+    ``--help`` and in a run's settings); an argparse error otherwise.
+
+    Example:
+        >>> hops("1-3")
+        '1-3'
+    """
     try:
-        if "-" in text:
-            lo, hi = text.split("-", 1)
-            return int(lo), int(hi)
-        return int(text)
+        parse_hops(text)
     except ValueError:
-        raise SystemExit(f"--hops {text!r}: use a number (2) or a range (1-3)") from None
+        raise argparse.ArgumentTypeError(f"{text!r}: use a number (2) or a range (1-3)") from None
+    return text
 
 
 AGENTS = ("oracle", "random")
@@ -132,24 +144,41 @@ def build_agent(args: argparse.Namespace, env: gym.Env):
                     seed=getattr(args, "seed", 0))
 
 
-def check_device(text: str) -> str:
-    """``text`` when torch can use that device here; otherwise a one-line ``SystemExit`` that says why.
+def device(text: str) -> str:
+    """``text`` when torch can use that device here; otherwise an argparse error that says why.
 
     Example:
-        >>> check_device("cpu")
+        >>> device("cpu")
         'cpu'
     """
     import torch
 
     try:
-        device = torch.device(text)
+        parsed = torch.device(text)
     except (RuntimeError, ValueError):
-        raise SystemExit(f"--device {text!r} is not a device: use cpu, cuda, cuda:1, mps, ...") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a device: use cpu, cuda, cuda:1, mps, ...") from None
+    if parsed.type == "cuda" and not torch.cuda.is_available():
         why = "is a CPU-only build" if torch.version.cuda is None else "sees no CUDA GPU"
-        raise SystemExit(f"--device {text}: this torch ({torch.__version__}) {why}; use --device cpu")
-    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-        raise SystemExit(f"--device {text}: there are {torch.cuda.device_count()} CUDA devices (0-based)")
-    if device.type == "mps" and not torch.backends.mps.is_available():
-        raise SystemExit(f"--device {text}: MPS is not available here; use --device cpu")
+        raise argparse.ArgumentTypeError(f"this torch ({torch.__version__}) {why}; use --device cpu")
+    if parsed.type == "cuda" and parsed.index is not None and parsed.index >= torch.cuda.device_count():
+        raise argparse.ArgumentTypeError(f"there are {torch.cuda.device_count()} CUDA devices, numbered from 0")
+    if parsed.type == "mps" and not torch.backends.mps.is_available():
+        raise argparse.ArgumentTypeError("MPS is not available here; use --device cpu")
+    return text
+
+
+def budgets(text: str) -> str:
+    """``text`` when it is a BudgetMix spec (see :func:`algos.budgets.parse_budgets`); an argparse error
+    naming the accepted forms otherwise.
+
+    Example:
+        >>> budgets("4,8,16")
+        '4,8,16'
+    """
+    from ..budgets import parse_budgets
+
+    try:
+        parse_budgets(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
     return text

@@ -11,7 +11,7 @@ import argparse
 import json
 from pathlib import Path
 
-from .common import parse_hops
+from .common import HelpFormatter, budgets, device, fraction, hops, parse_hops
 
 # The settings (dotted TrainConfig fields) each flag sets: what --resume checks a flag given explicitly against.
 SETS = {
@@ -51,18 +51,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
             "sessions (read, compact, answer from the summary); oracle warm start then Mosaic RL, under 15 "
             "minutes on 2 cores; it prints held-out success before and after RL, and sessions per trajectory."
         ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     p.register("action", None, _Given)  # the default action: every flag below notes that it was given
     p.add_argument("--algo", default=d.algo, choices=["broadcast", "mosaic"], help="credit assignment")
     p.add_argument("--env", default=d.env_id, help="environment id (mosaic/WebQA-v0, -Compact-, -Fork-, -Single-)")
     p.add_argument("--site-size", type=int, default=d.env_kwargs["site_size"], help="entities of the builtin site")
     p.add_argument("--site-seed", type=int, default=0, help="which builtin site")
-    p.add_argument("--hops", default=str(d.env_kwargs["hops"]), help="task difficulty: N or LO-HI")
+    p.add_argument("--hops", type=hops, default=str(d.env_kwargs["hops"]), help="task difficulty: N or LO-HI")
     p.add_argument("--max-steps", type=int, default=d.env_kwargs["max_steps"], help="fixed step budget T")
     p.add_argument("--session-max-tokens", type=int, default=d.env_kwargs.get("session_max_tokens"),
                    help="context window of a session: past it the env asks the agent to compact")
-    p.add_argument("--budgets", default=None,
+    p.add_argument("--budgets", type=budgets, default=None,
                    help="BudgetMix: '8' fixed, '4,8,16' uniform set, 'log:4-32' log-uniform, 'schedule:0=4,20=8'")
     p.add_argument("--env-kwargs", default="{}", help="more env kwargs as JSON")
     p.add_argument("--model", default=d.model, help="tiny-1m | tiny-3m | tiny-10m | smollm2 | a folder | a hub id")
@@ -84,12 +84,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="padded tokens per forward/backward (gradient accumulation: lower it to fit memory)")
     p.add_argument("--bc-episodes", type=int, default=d.bc_episodes, help="oracle demonstrations (0: no warm start)")
     p.add_argument("--bc-epochs", type=int, default=d.bc_epochs, help="warm-start passes over the demonstrations")
-    p.add_argument("--bc-compact-at", type=float, default=d.bc_compact_at,
+    p.add_argument("--bc-compact-at", type=fraction, default=d.bc_compact_at,
                    help="the demonstrating oracle compacts past this fraction of the window (default: only when "
                         "the env asks)")
     p.add_argument("--eval-episodes", type=int, default=d.eval_episodes, help="held-out runs per test task")
     p.add_argument("--num-envs", type=int, default=d.num_envs, help="envs stepped side by side")
-    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
+    p.add_argument("--device", type=device, default="cpu", help="cpu, cuda, cuda:1, ...")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="training dtype")
     p.add_argument("--seed", type=int, default=d.seed, help="seeds everything")
     p.add_argument("--out", default=None, help="run folder (default: runs/<algo>)")
@@ -167,7 +167,45 @@ def run(args: argparse.Namespace) -> int:
     from ..train import train
 
     try:
-        train(resume_config(args) if args.resume else config_from_args(args))
+        config = resume_config(args) if args.resume else config_from_args(args)
     except (CheckpointError, ConfigError) as err:
         raise SystemExit(f"mosaic train: {err}") from None
+    out = Path(config.out)
+    existed = out.exists()
+    try:
+        check_setup(config)
+        train(config)
+    except (CheckpointError, ConfigError) as err:
+        raise SystemExit(f"mosaic train: {err}") from None
+    except SetupError as err:
+        if not existed:
+            _remove_if_empty(out)
+        raise SystemExit(f"mosaic train: {err}") from None
     return 0
+
+
+class SetupError(ValueError):
+    """A setting that cannot run: a bad env kwarg or value, a model spec that names no model."""
+
+
+def check_setup(config) -> None:
+    """Build the env and check the model spec before anything is written, so that a typo is one line and
+    leaves no run folder behind (the site built here is cached: training reuses it)."""
+    import gymnasium as gym
+
+    from agents.models import PRESETS, check_hub_id
+
+    try:
+        gym.make(config.env_id, **{**config.env_kwargs, "split": "train"}).close()
+        if config.model not in PRESETS and not Path(config.model).is_dir():
+            check_hub_id(config.model)
+    except (TypeError, ValueError) as err:  # the env's and the model loader's own one-line explanations
+        raise SetupError(str(err)) from None
+
+
+def _remove_if_empty(out: Path) -> None:
+    """Remove a run folder this run created if it holds nothing but what the start wrote (its config)."""
+    if out.is_dir() and {p.name for p in out.iterdir()} <= {"config.json"}:
+        for file in out.iterdir():
+            file.unlink()
+        out.rmdir()
