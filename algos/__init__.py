@@ -4,7 +4,6 @@
 - :class:`algos.PolicyGradient`: clipped token-level policy gradient on an ``LLMAgent``'s model.
 - :mod:`algos.budgets`: BudgetMix samplers, one budget per group.
 - :mod:`algos.evaluate`: Pass@(K,T) with the unbiased estimator, as a table and a heatmap.
-- the ``mosaic`` command line: :mod:`algos.cli`.
 
 Example:
     >>> from algos import advantages

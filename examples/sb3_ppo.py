@@ -29,7 +29,7 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.utils import set_random_seed
 from tqdm import tqdm
 
-from algos.commands.common import int_list
+from mosaic_gym.commands.common import int_list
 from algos.evaluate import pass_at_kt_table
 from envs.sb3 import CandidateActions, make_sb3_env
 

@@ -4,7 +4,7 @@ costs a step, and the parser's work stays bounded however big or deep the action
 The classes: Unicode digits and numbers (categories Nd and No, which ``str.isdigit`` accepts and ``int`` may
 not), numerals past Python's 4,300-digit conversion limit in every argument position of both syntaxes, huge and
 deeply nested ``<tool_call>`` JSON, deeply nested calls and brackets, lone surrogates, megabyte strings, and
-actions that are not text at all. Speed itself is measured in ``bench/bench_actions.py`` (the 50 ms bound);
+actions that are not text at all. Speed itself is measured in ``mosaic_gym/bench/bench_actions.py`` (the 50 ms bound);
 here the bound is checked by what the parser reads and what it hands to ``ast`` and ``json``.
 """
 

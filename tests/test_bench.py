@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import math
 
-from algos.cli import main
+from mosaic_gym.cli import main
 
 BENCHMARKS = {"site", "env", "playwright", "rollout", "trainer"}
 ROW_KEYS = {"bench", "name", "value", "unit", "baseline", "baseline_value", "baseline_unit", "ratio"}

@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from algos.cli import main
+from mosaic_gym.cli import main
 
 from conftest import SITE_SIZE
 

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from matplotlib.image import imread
 
-import algos.commands.eval
+import mosaic_gym.commands.eval
 from agents import OracleAgent, RandomAgent
-from algos.cli import main
+from mosaic_gym.cli import main
 from algos.evaluate import pass_at_kt
 from conftest import SITE_SIZE
 from envs import WebQAEnv
@@ -174,4 +174,4 @@ def test_mosaic_eval_random_agent_rerun_and_a_k_above_n(tmp_path, capsys):
 
 
 def test_docstring_examples_run():
-    assert doctest.testmod(algos.commands.eval).failed == 0
+    assert doctest.testmod(mosaic_gym.commands.eval).failed == 0

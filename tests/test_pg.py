@@ -277,8 +277,8 @@ def test_dr_grpo_option_reaches_the_advantage_estimator(model, advantage):
 
 
 def test_dr_grpo_flag_of_the_command_line_reaches_the_learner_config():
-    from algos.cli import build_parser
-    from algos.commands.train import config_from_args
+    from mosaic_gym.cli import build_parser
+    from mosaic_gym.commands.train import config_from_args
 
     config = config_from_args(build_parser().parse_args(["train", "--dr-grpo", "--algo", "broadcast"]))
     assert config.pg.normalize_std is False and config.pg.advantage == "broadcast"

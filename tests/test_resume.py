@@ -22,8 +22,8 @@ import torch
 
 import algos.train
 from algos.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from algos.cli import build_parser, main
-from algos.commands.train import config_from_args, resume_config
+from mosaic_gym.cli import build_parser, main
+from mosaic_gym.commands.train import config_from_args, resume_config
 from algos.config import ConfigError, read_config, write_config
 from conftest import SITE_SIZE
 
@@ -176,7 +176,7 @@ _DRIVER = """
 import os, signal, sys
 import torch
 import algos.train
-from algos.cli import main
+from mosaic_gym.cli import main
 
 def die():
     os.kill(os.getpid(), signal.SIGKILL)
@@ -295,7 +295,7 @@ def test_the_command_line_refuses_a_crafted_checkpoint_in_one_line_with_a_failin
     run.mkdir()
     write_config(run / "config.json", _config(run))
     (run / "checkpoint.pt").write_bytes(pickle.dumps({"model": _Crafted(run / "marker")}, protocol=2))
-    child = subprocess.run([sys.executable, "-m", "algos.cli", "train", "--resume", "--out", str(run)],
+    child = subprocess.run([sys.executable, "-m", "mosaic_gym.cli", "train", "--resume", "--out", str(run)],
                            capture_output=True, text=True, timeout=300, env={**os.environ, "TQDM_DISABLE": "1"})
     assert child.returncode != 0
     lines = child.stderr.strip().splitlines()

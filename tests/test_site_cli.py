@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from algos.cli import main
+from mosaic_gym.cli import main
 from envs.web import Site, load_site
 from envs.web.corpus import load_corpus
 from envs.web.server import SiteServer

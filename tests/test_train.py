@@ -210,8 +210,8 @@ def test_docstring_examples_run():
 
 
 def test_train_command_without_arguments_is_the_embedded_default():
-    from algos.cli import build_parser
-    from algos.commands.train import config_from_args
+    from mosaic_gym.cli import build_parser
+    from mosaic_gym.commands.train import config_from_args
 
     config = config_from_args(build_parser().parse_args(["train"]))
     default = TrainConfig()

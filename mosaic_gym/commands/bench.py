@@ -1,19 +1,14 @@
 """``mosaic bench``: run the benchmarks, print one table, write ``bench.json`` and the plots.
 
-The benchmarks live in the repository's ``bench/`` folder, beside the packages: this command finds it next to
-the installed ``algos`` package, which is where an editable install (``bash scripts/setup.sh``) of a clone
-leaves it.
+The benchmarks are installed with the package (:mod:`mosaic_gym.bench`), so the command works in any install,
+not only in a clone.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from pathlib import Path
-from types import ModuleType
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 DESCRIPTION = """\
 Run the benchmarks and print one table: every figure beside its bare baseline (the same work with nothing of
@@ -27,7 +22,7 @@ against site size and per-step cost against context length.
   rollout     LLMAgent rollout tokens/s beside bare model.generate on the same prompts
   trainer     PolicyGradient.update tokens/s beside a bare forward + backward on the same tokens
 
-Each also runs alone, with more options: python bench/bench_<name>.py --help
+Each also runs alone, with more options: python -m mosaic_gym.bench.bench_<name> --help
 """
 
 EXAMPLES = """examples:
@@ -56,22 +51,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-def load_suite() -> ModuleType:
-    """``bench.suite`` from the repository this package was installed from."""
-    if not (REPO_ROOT / "bench" / "suite.py").is_file():
-        raise FileNotFoundError(
-            f"the benchmarks are not installed with the package, and {REPO_ROOT / 'bench'} does not hold them: "
-            "clone the repository and install it in place (bash scripts/setup.sh), then run mosaic bench there")
-    if str(REPO_ROOT) not in sys.path:
-        sys.path.insert(0, str(REPO_ROOT))
-    return importlib.import_module("bench.suite")
-
-
 def run(args: argparse.Namespace) -> int:
+    from ..bench import suite
+
     try:
-        suite = load_suite()
         suite.select(args.only)
-    except (FileNotFoundError, ValueError) as err:
+    except ValueError as err:
         print(f"mosaic bench: {err}", file=sys.stderr)
         return 2
     result = suite.run_suite(quick=args.quick, only=args.only, threads=args.threads, out=args.out,

@@ -1,6 +1,6 @@
 """The ``mosaic`` command line: ``train``, ``eval``, ``rollout``, ``site build|serve`` and ``bench``.
 
-Each subcommand lives in its own module under :mod:`algos.commands` with ``add_parser(subparsers)`` and
+Each subcommand lives in its own module under :mod:`mosaic_gym.commands` with ``add_parser(subparsers)`` and
 ``run(args) -> int``; this file only wires them together.
 """
 
@@ -12,11 +12,11 @@ import importlib.metadata
 import sys
 
 COMMANDS = {
-    "train": "algos.commands.train",
-    "eval": "algos.commands.eval",
-    "site": "algos.commands.site",
-    "bench": "algos.commands.bench",
-    "rollout": "algos.commands.rollout",
+    "train": "mosaic_gym.commands.train",
+    "eval": "mosaic_gym.commands.eval",
+    "site": "mosaic_gym.commands.site",
+    "bench": "mosaic_gym.commands.bench",
+    "rollout": "mosaic_gym.commands.rollout",
 }
 
 

@@ -43,12 +43,11 @@ import unicodedata
 from pathlib import Path
 from typing import Any, Callable
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import gymnasium as gym  # noqa: E402
+import gymnasium as gym
 
-import envs  # noqa: E402, F401  (registers the environments)
-from bench.common import emit, machine  # noqa: E402
+import envs  # noqa: F401  (registers the environments)
+from mosaic_gym.bench.common import emit, machine
 
 ENV_IDS = ("mosaic/WebQA-v0", "mosaic/WebQA-Compact-v0", "mosaic/WebQA-Fork-v0", "mosaic/WebQA-Single-v0")
 TOOLS = {"search": "query", "open": "target", "scroll": "direction", "find": "text", "compact": "summary",

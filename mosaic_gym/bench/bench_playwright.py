@@ -29,15 +29,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import gymnasium as gym  # noqa: E402
+import gymnasium as gym
 
-import envs  # noqa: E402, F401  (registers the environments)
-from bench.common import Recorder, emit, figure, machine  # noqa: E402
-from envs.actions import format_action  # noqa: E402
-from envs.playwright_backend import ORIGIN, PlaywrightBackend, child_processes  # noqa: E402
-from envs.web import Task  # noqa: E402
+import envs  # noqa: F401  (registers the environments)
+from mosaic_gym.bench.common import Recorder, emit, figure, machine
+from envs.actions import format_action
+from envs.playwright_backend import ORIGIN, PlaywrightBackend, child_processes
+from envs.web import Task
 
 ENV_ID = "mosaic/WebQA-Single-v0"
 PACKAGES = ("playwright", "gymnasium", "lxml")

@@ -175,7 +175,7 @@ def budgets(text: str) -> str:
         >>> budgets("4,8,16")
         '4,8,16'
     """
-    from ..budgets import parse_budgets
+    from algos.budgets import parse_budgets
 
     try:
         parse_budgets(text)

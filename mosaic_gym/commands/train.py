@@ -39,7 +39,7 @@ class _Given(argparse.Action):
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    from ..config import TrainConfig
+    from algos.config import TrainConfig
 
     d = TrainConfig()
     p = subparsers.add_parser(
@@ -100,8 +100,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def config_from_args(args: argparse.Namespace):
-    from ..config import PGConfig
-    from ..config import TrainConfig
+    from algos.config import PGConfig
+    from algos.config import TrainConfig
 
     env_kwargs = {"site_size": args.site_size, "site_seed": args.site_seed, "hops": parse_hops(args.hops),
                   "max_steps": args.max_steps, "candidates": args.mode == "choose"}
@@ -131,7 +131,7 @@ def resume_config(args: argparse.Namespace):
     """
     import dataclasses
 
-    from ..config import RESUMABLE, ConfigError, read_config, setting
+    from algos.config import RESUMABLE, ConfigError, read_config, setting
 
     wanted = config_from_args(args)
     path = Path(wanted.out) / "config.json"
@@ -162,9 +162,9 @@ def _flag(dest: str, args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..checkpoint import CheckpointError
-    from ..config import ConfigError
-    from ..train import train
+    from algos.checkpoint import CheckpointError
+    from algos.config import ConfigError
+    from algos.train import train
 
     try:
         config = resume_config(args) if args.resume else config_from_args(args)

@@ -36,17 +36,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import gymnasium as gym  # noqa: E402
+import gymnasium as gym
 
-import envs  # noqa: E402, F401  (registers the environments)
-from agents import OracleAgent  # noqa: E402
-from bench.common import Recorder, emit, figure, machine  # noqa: E402
-from envs.actions import format_action  # noqa: E402
-from envs.backends import TextBackend  # noqa: E402
-from envs.web.browser import CHUNK_TOKENS, html_to_view  # noqa: E402
-from envs.web.builtin import BuiltinSite  # noqa: E402
+import envs  # noqa: F401  (registers the environments)
+from agents import OracleAgent
+from mosaic_gym.bench.common import Recorder, emit, figure, machine
+from envs.actions import format_action
+from envs.backends import TextBackend
+from envs.web.browser import CHUNK_TOKENS, html_to_view
+from envs.web.builtin import BuiltinSite
 
 ENV_ID = "mosaic/WebQA-v0"
 PACKAGES = ("gymnasium", "lxml", "bm25s", "numpy")

@@ -29,20 +29,19 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import gymnasium as gym  # noqa: E402
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+import gymnasium as gym
+import torch
+import torch.nn.functional as F
 
-import envs  # noqa: E402, F401  (registers the environments)
-from agents import OracleAgent  # noqa: E402
-from agents.llm import LLMAgent  # noqa: E402
-from algos.bc import TeacherForcing  # noqa: E402
-from algos.config import PGConfig  # noqa: E402
-from algos.pg import PolicyGradient, micro_batches  # noqa: E402
-from algos.rollout import Collector, Request, TrainSequence, session_sequences  # noqa: E402
-from bench.common import emit, figure, fill_defaults, load_bench_model, machine, torch_machine  # noqa: E402
+import envs  # noqa: F401  (registers the environments)
+from agents import OracleAgent
+from agents.llm import LLMAgent
+from algos.bc import TeacherForcing
+from algos.config import PGConfig
+from algos.pg import PolicyGradient, micro_batches
+from algos.rollout import Collector, Request, TrainSequence, session_sequences
+from mosaic_gym.bench.common import emit, figure, fill_defaults, load_bench_model, machine, torch_machine
 
 ENV_ID = "mosaic/WebQA-v0"
 PACKAGES = ("torch", "transformers", "tokenizers", "gymnasium")

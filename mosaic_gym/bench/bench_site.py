@@ -19,13 +19,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import emit, figure, machine  # noqa: E402
-from envs.web import Site  # noqa: E402
-from envs.web.browser import html_to_view  # noqa: E402
-from envs.web.builtin import BuiltinSite  # noqa: E402
-from envs.web.search import SearchIndex  # noqa: E402
+from mosaic_gym.bench.common import emit, figure, machine
+from envs.web import Site
+from envs.web.browser import html_to_view
+from envs.web.builtin import BuiltinSite
+from envs.web.search import SearchIndex
 
 PACKAGES = ("bm25s", "lxml", "numpy", "gymnasium")
 REPEAT = 3

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from ..evaluate import PROTOCOLS, pass_at_kt
+from algos.evaluate import PROTOCOLS, pass_at_kt
 from .common import HelpFormatter, add_env_args, build_agent, fraction, int_list, make_env
 
 DESCRIPTION = """\

@@ -6,7 +6,7 @@ runs alone as ``python bench/bench_<name>.py``. This module only runs them in tu
 rows together; ``mosaic bench`` is its command line (``python bench/suite.py`` is the same command).
 
 Example:
-    >>> from bench.common import figure
+    >>> from mosaic_gym.bench.common import figure
     >>> rows = [{"bench": "env", **figure("env steps/s", 18000.0, "steps/s", "bare renders", 1200.0, "pages/s")}]
     >>> print(table(rows))
     | benchmark | figure | value | bare baseline | baseline value | ratio |
@@ -25,9 +25,8 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import machine  # noqa: E402
+from mosaic_gym.bench.common import machine
 
 # In the order they run: each is the module bench/bench_<name>.py (``mosaic bench --help`` says what each measures).
 BENCHMARKS = ("site", "env", "playwright", "rollout", "trainer")
@@ -75,7 +74,7 @@ def run_suite(quick: bool = False, only: Sequence[str] | None = None, threads: i
             # Torch loads only now, so that the benchmarks before it measure memory without it.
             import torch
 
-            from bench.common import torch_machine
+            from mosaic_gym.bench.common import torch_machine
 
             if threads:
                 # Two threads on two shared cores fight other work; one keeps short runs steady.
@@ -83,7 +82,7 @@ def run_suite(quick: bool = False, only: Sequence[str] | None = None, threads: i
             result["machine"].update(torch_machine())
         # What the previous benchmark left (sites hold reference cycles) is collected before the next starts.
         gc.collect()
-        module = importlib.import_module(f"bench.bench_{name}")
+        module = importlib.import_module(f"mosaic_gym.bench.bench_{name}")
         start = time.perf_counter()
         try:
             report = module.run(quick)
@@ -99,7 +98,7 @@ def run_suite(quick: bool = False, only: Sequence[str] | None = None, threads: i
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         if "env" in result["benchmarks"]:
-            from bench.bench_env import plot
+            from mosaic_gym.bench.bench_env import plot
 
             result["files"].append(str(plot(result["benchmarks"]["env"], out / "env_scaling.png")))
         result["files"].insert(0, str(out / "bench.json"))
@@ -137,6 +136,6 @@ def summary(result: dict[str, Any]) -> str:
 
 
 if __name__ == "__main__":
-    from algos.cli import main
+    from mosaic_gym.cli import main
 
     sys.exit(main(["bench", *sys.argv[1:]]))

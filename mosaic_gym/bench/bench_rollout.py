@@ -22,15 +22,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import gymnasium as gym  # noqa: E402
-import torch  # noqa: E402
+import gymnasium as gym
+import torch
 
-import envs  # noqa: E402, F401  (registers the environments)
-from agents.llm import LLMAgent  # noqa: E402
-from bench.common import emit, figure, fill_defaults, load_bench_model, machine, torch_machine  # noqa: E402
-from envs.actions import format_action  # noqa: E402
+import envs  # noqa: F401  (registers the environments)
+from agents.llm import LLMAgent
+from mosaic_gym.bench.common import emit, figure, fill_defaults, load_bench_model, machine, torch_machine
+from envs.actions import format_action
 
 ENV_ID = "mosaic/WebQA-v0"
 PACKAGES = ("torch", "transformers", "tokenizers", "gymnasium")
