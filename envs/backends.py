@@ -83,21 +83,3 @@ class TextBackend(Backend):
         if len(cache) > self._cache_size:
             cache.popitem(last=False)
         return view
-
-
-def make_backend(
-    name: str, site: Site, chunk_tokens: int = CHUNK_TOKENS, browser_javascript: bool = False
-) -> Backend:
-    """The backend called ``name``: ``"text"`` or ``"playwright"``; ``browser_javascript`` runs the pages'
-    scripts (Playwright only)."""
-    if not isinstance(browser_javascript, bool):
-        raise ValueError(f"browser_javascript must be True or False, got {browser_javascript!r}")
-    if name == "text":
-        if browser_javascript:
-            raise ValueError("browser_javascript=True needs backend='playwright': the text backend runs no scripts")
-        return TextBackend(site, chunk_tokens)
-    if name == "playwright":
-        from .playwright_backend import PlaywrightBackend
-
-        return PlaywrightBackend(site, chunk_tokens, javascript=browser_javascript)
-    raise ValueError(f"backend={name!r} is unknown: use backend='text' (fast, default) or backend='playwright'")

@@ -31,7 +31,7 @@ import numpy as np
 
 from .actions import (MAX_ACTION_CHARS, TOOL_ARGS, Action, ActionError, as_text, format_action, parse_action,
                       strip_think, type_name)
-from .backends import Backend, BrowserCrashed, make_backend
+from .backends import Backend, BrowserCrashed, TextBackend
 from .checks import check_bool, check_int, is_int, shown
 from .prompts import ROLE_TAG, budget_note, render_transcript, system_prompt, task_message
 from .spaces import AnyText
@@ -676,3 +676,22 @@ def _unknown_kwargs_message(unknown: dict[str, Any]) -> str:
         close = difflib.get_close_matches(name, known, n=1)
         parts.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
     return f"unknown WebQAEnv argument {', '.join(parts)}; the arguments are: {', '.join(known)}"
+
+
+def make_backend(
+    name: str, site: Site, chunk_tokens: int = CHUNK_TOKENS, browser_javascript: bool = False
+) -> Backend:
+    """The backend called ``name``: ``"text"`` or ``"playwright"``; ``browser_javascript`` runs the pages'
+    scripts (Playwright only). Here, not in :mod:`envs.backends`, so that the base module never names the
+    Playwright one (which builds on it): no import cycle."""
+    if not isinstance(browser_javascript, bool):
+        raise ValueError(f"browser_javascript must be True or False, got {browser_javascript!r}")
+    if name == "text":
+        if browser_javascript:
+            raise ValueError("browser_javascript=True needs backend='playwright': the text backend runs no scripts")
+        return TextBackend(site, chunk_tokens)
+    if name == "playwright":
+        from .playwright_backend import PlaywrightBackend
+
+        return PlaywrightBackend(site, chunk_tokens, javascript=browser_javascript)
+    raise ValueError(f"backend={name!r} is unknown: use backend='text' (fast, default) or backend='playwright'")
