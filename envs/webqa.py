@@ -33,7 +33,8 @@ from .actions import (MAX_ACTION_CHARS, TOOL_ARGS, Action, ActionError, as_text,
                       strip_think, type_name)
 from .backends import Backend, BrowserCrashed, make_backend
 from .checks import check_bool, check_int, is_int, shown
-from .prompts import ROLE_TAG, budget_note, render_transcript, system_prompt, task_message
+from .prompts import (ANSWER_IN_SUBAGENT, FINISH_IN_ROOT, NO_PAGE_OPEN, REPLY_BECAME_SUMMARY, ROLE_TAG, budget_note,
+                      context_full_note, render_transcript, system_prompt, task_message)
 from .spaces import AnyText
 from .tokens import CheckedCounter, TokenCounter, approx_tokens
 from .web.browser import CHUNK_TOKENS, PageView
@@ -345,7 +346,7 @@ class WebQAEnv(gym.Env[str, str]):
             self._find(session, str(arg))
         elif name == "answer":
             if session.depth > 0:
-                raise ActionError("a subagent returns its result with finish(result); answer() is for the root")
+                raise ActionError(ANSWER_IN_SUBAGENT)
             return self._answer(session, str(arg))
         elif name == "compact":
             return 0.0, False, self._compact(session, str(arg))
@@ -399,7 +400,7 @@ class WebQAEnv(gym.Env[str, str]):
     def _scroll(self, session: Session, direction: str) -> None:
         view = session.page
         if view is None:
-            raise ActionError("no page is open; search or open one first")
+            raise ActionError(NO_PAGE_OPEN)
         index = session.chunk + (1 if direction == "down" else -1)
         if not 0 <= index < len(view.chunks):
             raise ActionError(f"already at the {'end' if direction == 'down' else 'top'} of {view.title}")
@@ -409,7 +410,7 @@ class WebQAEnv(gym.Env[str, str]):
     def _find(self, session: Session, text: str) -> None:
         view = session.page
         if view is None:
-            raise ActionError("no page is open; search or open one first")
+            raise ActionError(NO_PAGE_OPEN)
         passages = view.find(text)
         if not passages:
             self._tool_result(session, f"[Find {text!r} in {view.title}: no passage contains it.]")
@@ -424,9 +425,7 @@ class WebQAEnv(gym.Env[str, str]):
         session.must_compact = False
         if len(state.sessions) >= self.max_sessions:
             return "max_sessions"
-        opening = task_message(state.task.question, summary=summary) if session.fork_task is None else (
-            task_message(state.task.question, fork_task=session.fork_task)
-            + f"\nYour earlier context was compacted. Your summary of it:\n{summary}")
+        opening = task_message(state.task.question, summary=summary, fork_task=session.fork_task)
         new = self._new_session(parent=session.id, kind="compact", depth=session.depth, opening=opening,
                                 fork_task=session.fork_task)
         state.stack[-1] = new.id
@@ -446,7 +445,7 @@ class WebQAEnv(gym.Env[str, str]):
     def _finish(self, session: Session, result: str) -> None:
         state = self._require_state()
         if session.depth == 0:
-            raise ActionError("finish() returns a subagent's result; the root agent ends with answer(text)")
+            raise ActionError(FINISH_IN_ROOT)
         result = self._cap_handoff(result)
         session.handoff = result
         state.stack.pop()
@@ -465,7 +464,7 @@ class WebQAEnv(gym.Env[str, str]):
             pass
         # Cut where the parser stops reading: a longer reply still becomes a summary, in time linear in the cap.
         return (Action("compact", strip_think(text[:MAX_ACTION_CHARS]).strip()),
-                "the context was full and the reply was not compact(summary): the reply became the summary")
+                REPLY_BECAME_SUMMARY)
 
     def _cap_handoff(self, text: str) -> str:
         """A summary or result longer than half a window is cut, so the next session can start."""
@@ -524,8 +523,7 @@ class WebQAEnv(gym.Env[str, str]):
             return None
         if self.overflow == "force_compact" and self.allow_compact:
             session.must_compact = True
-            self._append(session, "user", f"[Context full: {session.tokens} of {self.session_max_tokens} tokens. "
-                         "Reply with compact(summary) now, writing down everything you will still need.]")
+            self._append(session, "user", context_full_note(session.tokens, self.session_max_tokens))
             return None
         return "context_overflow"
 
