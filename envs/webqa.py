@@ -114,6 +114,17 @@ class EpisodeState:
 
 
 @dataclass(frozen=True)
+class SessionView:
+    """What the session that acts next has on screen (:meth:`WebQAEnv.acting_session`): read-only, for wrappers
+    that build features from the browser state (``envs.sb3.CandidateActions``)."""
+
+    id: int
+    page: PageView | None  # the page open in the session (views are immutable), or None
+    chunk: int  # the part of that page on screen, from 0
+    pages_read: tuple[str, ...]  # the titles of the pages and searches shown, in order
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """A picklable mid-episode state; ``reset(options={"snapshot": s})`` resumes from it exactly."""
 
@@ -321,13 +332,25 @@ class WebQAEnv(gym.Env[str, str]):
             "gold_answer": state.task.answer,
             "steps_used": state.steps_used,
             "max_steps": state.max_steps,
-            "sessions": [
-                {"id": s.id, "parent": s.parent, "kind": s.kind, "depth": s.depth, "task": s.fork_task,
-                 "steps": s.steps, "handoff": s.handoff, "tokens_in": s.tokens_in, "tokens_out": s.tokens_out,
-                 "context_tokens": s.tokens}
-                for s in state.sessions
-            ],
+            "sessions": self.session_tree(),
         }
+
+    def session_tree(self) -> list[dict[str, Any]]:
+        """The sessions so far, in order of creation (a session's id is its index): fresh dicts with ``id``,
+        ``parent`` (``None`` for the root), ``kind``, ``depth``, ``task`` (a subagent's task, else ``None``),
+        ``steps``, ``handoff``, ``tokens_in``, ``tokens_out`` and ``context_tokens``; ``trajectory()["sessions"]``."""
+        return [
+            {"id": s.id, "parent": s.parent, "kind": s.kind, "depth": s.depth, "task": s.fork_task,
+             "steps": s.steps, "handoff": s.handoff, "tokens_in": s.tokens_in, "tokens_out": s.tokens_out,
+             "context_tokens": s.tokens}
+            for s in self._require_state().sessions
+        ]
+
+    def acting_session(self) -> SessionView:
+        """The browser state of the session that acts next (its page, the part on screen, the pages it read)."""
+        state = self._require_state()
+        s = state.sessions[state.stack[-1]]
+        return SessionView(id=s.id, page=s.page, chunk=s.chunk, pages_read=tuple(s.pages_read))
 
     # ------------------------------------------------------------------------------------------------
     # Executing one tool call
@@ -550,6 +573,7 @@ class WebQAEnv(gym.Env[str, str]):
             "context_tokens": s.tokens,
             "messages": list(s.messages),
             "action_error": error,
+            "must_compact": s.must_compact,
         }
         if self.candidates:
             info["candidates"] = self.candidate_actions()
