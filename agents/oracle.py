@@ -119,8 +119,7 @@ class OracleAgent(Agent):
         if sid not in plans:
             plans[sid] = self._plan_for(plans, info)
         plan = plans[sid]
-        last = info["messages"][-1]["content"] if info.get("messages") else ""
-        if last.startswith("[Context full"):
+        if info.get("must_compact"):
             return self._compact(plan)
         rng = step_rng(self.seed, info) or self.rng
         if self.error_rate and rng.random() < self.error_rate:

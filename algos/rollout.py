@@ -227,7 +227,7 @@ def _is_fork(action: str) -> bool:
 
 def _chain_head(env: gym.Env, sid: int) -> int:
     """The fork session a compaction chain began with (a finishing child may have compacted on the way)."""
-    sessions = env.unwrapped.state.sessions
-    while sessions[sid].kind == "compact":
-        sid = sessions[sid].parent
+    sessions = env.unwrapped.session_tree()
+    while sessions[sid]["kind"] == "compact":
+        sid = sessions[sid]["parent"]
     return sid

@@ -22,7 +22,7 @@ import gymnasium as gym
 from .actions import Action, ActionError, format_action, parse_action
 from .prompts import render_transcript
 from .spaces import AnyText
-from .webqa import Snapshot, WebQAEnv
+from .webqa import SessionView, Snapshot, WebQAEnv
 
 VARIANTS = {
     "mosaic/WebQA-v0": {"allow_compact": True, "allow_fork": True},
@@ -36,5 +36,5 @@ for _env_id, _kwargs in VARIANTS.items():
         # No max_episode_steps: the env truncates on its own budget, so TimeLimit must not count too.
         gym.register(id=_env_id, entry_point="envs.webqa:WebQAEnv", kwargs=_kwargs)
 
-__all__ = ["Action", "ActionError", "AnyText", "Snapshot", "VARIANTS", "WebQAEnv", "format_action",
+__all__ = ["Action", "ActionError", "AnyText", "SessionView", "Snapshot", "VARIANTS", "WebQAEnv", "format_action",
            "parse_action", "render_transcript"]

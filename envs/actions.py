@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from .checks import shown
+from .prompts import NO_CALL_FOUND, OPEN_TAKES
 
 #: Every tool and the name of its one argument.
 TOOL_ARGS: dict[str, str] = {
@@ -188,10 +189,7 @@ def _parse(text: str) -> Action:
             first_error = first_error or err
     if first_error is not None:
         raise first_error
-    raise ActionError(
-        'no tool call found. Call one tool, e.g. search("Edra Vane") or '
-        '<tool_call>{"name": "search", "arguments": {"query": "Edra Vane"}}</tool_call>'
-    )
+    raise ActionError(NO_CALL_FOUND)
 
 
 def call_complete(text: str) -> bool:
@@ -366,7 +364,7 @@ def _open_target(value: str | int | float) -> str | int:
     """``open``'s argument: a number (an int, or text of ASCII digits only: ``str.isdigit`` also accepts "²"
     and "①", which ``int`` refuses) of at most :data:`MAX_NUMBER_DIGITS` digits and at least 1, or a path."""
     if isinstance(value, float):
-        raise ActionError("open takes a result or link number, or a path such as \"/wiki/Edra_Vane\"")
+        raise ActionError(OPEN_TAKES)
     digits = value.strip() if isinstance(value, str) else ""
     if _ASCII_DIGITS.fullmatch(digits):
         if len(digits) > MAX_NUMBER_DIGITS:

@@ -1,5 +1,6 @@
 """The one place that builds what the model reads: the system prompt, the opening user message of each kind
-of session, and the plain transcript format used for observations (and by agents whose tokenizer has no
+of session, the notes the env adds (steps left, context full), the sentences of action errors that give the
+agent a hint, and the plain transcript format used for observations (and by agents whose tokenizer has no
 chat template).
 
 Transcript format (documented, stable)::
@@ -51,21 +52,41 @@ def system_prompt(tools: Sequence[str]) -> str:
 
 
 def task_message(question: str, *, summary: str | None = None, fork_task: str | None = None) -> str:
-    """The first user message of a session: the root question, a compacted session's summary, or a fork's task."""
+    """The first user message of a session: the root question or a fork's task, then, in a session that a
+    compaction started, the summary it was given."""
     if fork_task is not None:
-        return (
+        text = (
             f"You are a subagent. Your task: {fork_task}\n"
             "When you have the result, call finish(result). (The overall question, for context: "
             f"{question})"
         )
-    text = f"Question: {question}"
+    else:
+        text = f"Question: {question}"
     if summary is not None:
         text += f"\nYour earlier context was compacted. Your summary of it:\n{summary}"
     return text
 
 
+def context_full_note(tokens: int, window: int) -> str:
+    """The message that asks the session whose context passed its window for its summary
+    (``info["must_compact"]`` is then true)."""
+    return (f"[Context full: {tokens} of {window} tokens. "
+            "Reply with compact(summary) now, writing down everything you will still need.]")
+
+
 def budget_note(steps_left: int) -> str:
     return f"[Steps left: {steps_left}]"
+
+
+# The hints of action errors that are sentences to the agent (the errors are raised where they are found).
+#: The example calls shown when an action holds no tool call.
+CALL_EXAMPLES = 'search("Edra Vane") or <tool_call>{"name": "search", "arguments": {"query": "Edra Vane"}}</tool_call>'
+NO_CALL_FOUND = f"no tool call found. Call one tool, e.g. {CALL_EXAMPLES}"
+NO_PAGE_OPEN = "no page is open; search or open one first"
+OPEN_TAKES = 'open takes a result or link number, or a path such as "/wiki/Edra_Vane"'
+ANSWER_IN_SUBAGENT = "a subagent returns its result with finish(result); answer() is for the root"
+FINISH_IN_ROOT = "finish() returns a subagent's result; the root agent ends with answer(text)"
+REPLY_BECAME_SUMMARY = "the context was full and the reply was not compact(summary): the reply became the summary"
 
 
 def render_transcript(messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = True) -> str:

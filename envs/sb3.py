@@ -36,7 +36,7 @@ import numpy as np
 
 from .actions import TOOL_ARGS, parse_action
 from .prompts import budget_note
-from .webqa import Session, WebQAEnv
+from .webqa import SessionView, WebQAEnv
 
 __all__ = ["CandidateActions", "fit_candidates", "make_sb3_env"]
 
@@ -152,15 +152,14 @@ class CandidateActions(gym.Wrapper[np.ndarray, np.int64, str, str]):
     # ------------------------------------------------------------------------------------------------
     def _observe(self, info: dict[str, Any]) -> np.ndarray:
         self.candidates, self._dropped = fit_candidates(info["candidates"], self.max_candidates)
-        state = self.webqa.state
-        session = state.sessions[state.stack[-1]]
+        session = self.webqa.acting_session()
         last = info["messages"][-1]["content"]
         note = budget_note(info["steps_left"])
         last = last[: -len(note)] if last.endswith(note) else last
         return np.concatenate([
             self._hashed(info["session_task"]),
             self._hashed(last),
-            self._slots(session, info["session_task"], last),
+            self._slots(session, info["messages"], info["session_task"], last),
             self._globals(session, info),
         ]).astype(np.float32)
 
@@ -170,12 +169,12 @@ class CandidateActions(gym.Wrapper[np.ndarray, np.int64, str, str]):
             out[zlib.crc32(word.encode()) % self.hash_dims] = 1.0
         return out
 
-    def _slots(self, session: Session, question: str, last: str) -> np.ndarray:
+    def _slots(self, session: SessionView, messages: list[dict[str, str]], question: str, last: str) -> np.ndarray:
         out = np.zeros((self.max_candidates, SLOT_FEATURES), dtype=np.float32)
         question_folded, last_folded = question.casefold(), last.casefold()
         question_words = _content_words(question)
         # Tool results only: the opening repeats the question, which would support every value it names.
-        lines = [(line.casefold(), _content_words(line)) for m in session.messages[2:] if m["role"] == "user"
+        lines = [(line.casefold(), _content_words(line)) for m in messages[2:] if m["role"] == "user"
                  for line in m["content"].splitlines()]
         actions = [parse_action(c) for c in self.candidates]
         for i, action in enumerate(actions):
@@ -198,7 +197,7 @@ class CandidateActions(gym.Wrapper[np.ndarray, np.int64, str, str]):
         return out.ravel()
 
     @staticmethod
-    def _slot_text(session: Session, tool: str, arg: str | int) -> str:
+    def _slot_text(session: SessionView, tool: str, arg: str | int) -> str:
         """What a slot names: ``open(n)``'s link text, a summary's first line, or the argument itself."""
         if tool == "open" and isinstance(arg, int) and session.page is not None and arg <= len(session.page.links):
             return session.page.links[arg - 1].text
@@ -208,12 +207,12 @@ class CandidateActions(gym.Wrapper[np.ndarray, np.int64, str, str]):
         return str(arg)
 
     @staticmethod
-    def _visited(session: Session, tool: str, text: str) -> bool:
+    def _visited(session: SessionView, tool: str, text: str) -> bool:
         if tool == "search":
             return f"Search: {text}" in session.pages_read
         return tool == "open" and text in session.pages_read
 
-    def _globals(self, session: Session, info: dict[str, Any]) -> np.ndarray:
+    def _globals(self, session: SessionView, info: dict[str, Any]) -> np.ndarray:
         env = self.webqa
         steps_left, max_steps = info["steps_left"], info["max_steps"]
         page = session.page
@@ -227,7 +226,7 @@ class CandidateActions(gym.Wrapper[np.ndarray, np.int64, str, str]):
             info["depth"] / max(1, env.max_fork_depth),
             info["num_sessions"] / env.max_sessions,
             min(1.0, info["context_tokens"] / env.session_max_tokens),
-            float(session.must_compact),
+            float(info["must_compact"]),
             float(page is not None),
             session.chunk / (chunks - 1) if chunks > 1 else 0.0,
             float(info["action_error"] is not None),

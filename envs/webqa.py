@@ -33,7 +33,8 @@ from .actions import (MAX_ACTION_CHARS, TOOL_ARGS, Action, ActionError, as_text,
                       strip_think, type_name)
 from .backends import Backend, BrowserCrashed, TextBackend
 from .checks import check_bool, check_int, is_int, shown
-from .prompts import ROLE_TAG, budget_note, render_transcript, system_prompt, task_message
+from .prompts import (ANSWER_IN_SUBAGENT, FINISH_IN_ROOT, NO_PAGE_OPEN, REPLY_BECAME_SUMMARY, ROLE_TAG, budget_note,
+                      context_full_note, render_transcript, system_prompt, task_message)
 from .spaces import AnyText
 from .tokens import CheckedCounter, TokenCounter, approx_tokens
 from .web.browser import CHUNK_TOKENS, PageView
@@ -110,6 +111,17 @@ class EpisodeState:
             stack=list(self.stack), steps_used=self.steps_used, done=self.done, final_answer=self.final_answer,
             success=self.success, answered_forks=list(self.answered_forks),
         )
+
+
+@dataclass(frozen=True)
+class SessionView:
+    """What the session that acts next has on screen (:meth:`WebQAEnv.acting_session`): read-only, for wrappers
+    that build features from the browser state (``envs.sb3.CandidateActions``)."""
+
+    id: int
+    page: PageView | None  # the page open in the session (views are immutable), or None
+    chunk: int  # the part of that page on screen, from 0
+    pages_read: tuple[str, ...]  # the titles of the pages and searches shown, in order
 
 
 @dataclass(frozen=True)
@@ -320,13 +332,25 @@ class WebQAEnv(gym.Env[str, str]):
             "gold_answer": state.task.answer,
             "steps_used": state.steps_used,
             "max_steps": state.max_steps,
-            "sessions": [
-                {"id": s.id, "parent": s.parent, "kind": s.kind, "depth": s.depth, "task": s.fork_task,
-                 "steps": s.steps, "handoff": s.handoff, "tokens_in": s.tokens_in, "tokens_out": s.tokens_out,
-                 "context_tokens": s.tokens}
-                for s in state.sessions
-            ],
+            "sessions": self.session_tree(),
         }
+
+    def session_tree(self) -> list[dict[str, Any]]:
+        """The sessions so far, in order of creation (a session's id is its index): fresh dicts with ``id``,
+        ``parent`` (``None`` for the root), ``kind``, ``depth``, ``task`` (a subagent's task, else ``None``),
+        ``steps``, ``handoff``, ``tokens_in``, ``tokens_out`` and ``context_tokens``; ``trajectory()["sessions"]``."""
+        return [
+            {"id": s.id, "parent": s.parent, "kind": s.kind, "depth": s.depth, "task": s.fork_task,
+             "steps": s.steps, "handoff": s.handoff, "tokens_in": s.tokens_in, "tokens_out": s.tokens_out,
+             "context_tokens": s.tokens}
+            for s in self._require_state().sessions
+        ]
+
+    def acting_session(self) -> SessionView:
+        """The browser state of the session that acts next (its page, the part on screen, the pages it read)."""
+        state = self._require_state()
+        s = state.sessions[state.stack[-1]]
+        return SessionView(id=s.id, page=s.page, chunk=s.chunk, pages_read=tuple(s.pages_read))
 
     # ------------------------------------------------------------------------------------------------
     # Executing one tool call
@@ -345,7 +369,7 @@ class WebQAEnv(gym.Env[str, str]):
             self._find(session, str(arg))
         elif name == "answer":
             if session.depth > 0:
-                raise ActionError("a subagent returns its result with finish(result); answer() is for the root")
+                raise ActionError(ANSWER_IN_SUBAGENT)
             return self._answer(session, str(arg))
         elif name == "compact":
             return 0.0, False, self._compact(session, str(arg))
@@ -399,7 +423,7 @@ class WebQAEnv(gym.Env[str, str]):
     def _scroll(self, session: Session, direction: str) -> None:
         view = session.page
         if view is None:
-            raise ActionError("no page is open; search or open one first")
+            raise ActionError(NO_PAGE_OPEN)
         index = session.chunk + (1 if direction == "down" else -1)
         if not 0 <= index < len(view.chunks):
             raise ActionError(f"already at the {'end' if direction == 'down' else 'top'} of {view.title}")
@@ -409,7 +433,7 @@ class WebQAEnv(gym.Env[str, str]):
     def _find(self, session: Session, text: str) -> None:
         view = session.page
         if view is None:
-            raise ActionError("no page is open; search or open one first")
+            raise ActionError(NO_PAGE_OPEN)
         passages = view.find(text)
         if not passages:
             self._tool_result(session, f"[Find {text!r} in {view.title}: no passage contains it.]")
@@ -424,9 +448,7 @@ class WebQAEnv(gym.Env[str, str]):
         session.must_compact = False
         if len(state.sessions) >= self.max_sessions:
             return "max_sessions"
-        opening = task_message(state.task.question, summary=summary) if session.fork_task is None else (
-            task_message(state.task.question, fork_task=session.fork_task)
-            + f"\nYour earlier context was compacted. Your summary of it:\n{summary}")
+        opening = task_message(state.task.question, summary=summary, fork_task=session.fork_task)
         new = self._new_session(parent=session.id, kind="compact", depth=session.depth, opening=opening,
                                 fork_task=session.fork_task)
         state.stack[-1] = new.id
@@ -446,7 +468,7 @@ class WebQAEnv(gym.Env[str, str]):
     def _finish(self, session: Session, result: str) -> None:
         state = self._require_state()
         if session.depth == 0:
-            raise ActionError("finish() returns a subagent's result; the root agent ends with answer(text)")
+            raise ActionError(FINISH_IN_ROOT)
         result = self._cap_handoff(result)
         session.handoff = result
         state.stack.pop()
@@ -465,7 +487,7 @@ class WebQAEnv(gym.Env[str, str]):
             pass
         # Cut where the parser stops reading: a longer reply still becomes a summary, in time linear in the cap.
         return (Action("compact", strip_think(text[:MAX_ACTION_CHARS]).strip()),
-                "the context was full and the reply was not compact(summary): the reply became the summary")
+                REPLY_BECAME_SUMMARY)
 
     def _cap_handoff(self, text: str) -> str:
         """A summary or result longer than half a window is cut, so the next session can start."""
@@ -524,8 +546,7 @@ class WebQAEnv(gym.Env[str, str]):
             return None
         if self.overflow == "force_compact" and self.allow_compact:
             session.must_compact = True
-            self._append(session, "user", f"[Context full: {session.tokens} of {self.session_max_tokens} tokens. "
-                         "Reply with compact(summary) now, writing down everything you will still need.]")
+            self._append(session, "user", context_full_note(session.tokens, self.session_max_tokens))
             return None
         return "context_overflow"
 
@@ -552,6 +573,7 @@ class WebQAEnv(gym.Env[str, str]):
             "context_tokens": s.tokens,
             "messages": list(s.messages),
             "action_error": error,
+            "must_compact": s.must_compact,
         }
         if self.candidates:
             info["candidates"] = self.candidate_actions()

@@ -158,6 +158,9 @@ def test_fork_finish_round_trips_at_depth_two_and_session_tree():
         (1, 0, "fork", 1, "child task", 3, "child result"),
         (2, 1, "fork", 2, "grandchild task", 1, "deep result"),
     ]
+    assert env.unwrapped.session_tree() == tree
+    view = env.unwrapped.acting_session()
+    assert view.id == 0 and view.page is not None and view.pages_read == ("Search: alpha",)
     root_context = env.unwrapped.state.sessions[0].text
     assert "child result" in root_context and "deep result" not in root_context
     assert all(s["tokens_in"] > 0 and s["tokens_out"] > 0 for s in tree)
@@ -210,15 +213,19 @@ def test_overflow_policies(policy):
     obs, info = env.reset(seed=0)
     task = env.unwrapped.state.task
     env.step(format_action("search", task.search_queries[0]))
+    assert info["must_compact"] is False
     for _ in range(20):
         obs, reward, terminated, truncated, info = env.step("open(1)")
         if terminated or truncated or "[Context full" in obs:
             break
+        assert info["must_compact"] is False
     if policy == "force_compact":
         assert "[Context full" in obs and not (terminated or truncated)
+        assert info["must_compact"] is True and info["messages"][-1]["content"].startswith("[Context full")
         assert len(info["candidates"]) == 1 and info["candidates"][0].startswith("compact(")
         obs, reward, terminated, truncated, info = env.step("I found the page about the vane.")
         assert info["session_kind"] == "compact" and "reply became the summary" in info["action_error"]
+        assert info["must_compact"] is False
         assert "I found the page about the vane." in obs
     elif policy == "truncate":
         assert truncated and info["truncation_reason"] == "context_overflow"
