@@ -4,7 +4,7 @@ Per env of a batch, :class:`LLMAgent` keeps one cache per session (``info["sessi
 context only grows, so each step feeds the model just the tokens that are new since the last step. Every
 step is recorded as an :class:`AgentStep` (the tokens the model conditioned on, the tokens it produced and
 their log-probs) in ``agent.last_steps`` for learners; :func:`pack_session` turns a session's steps into
-training sequences.
+training sequences. Candidates are scored by :func:`agents.lm.score_tree`, the scorer the learner uses too.
 
 Example:
     >>> from agents.models import load_model
@@ -21,7 +21,6 @@ Example:
 
 from __future__ import annotations
 
-import inspect
 import re
 from dataclasses import dataclass, field
 from typing import Any, Hashable, Sequence
@@ -33,6 +32,7 @@ from envs.actions import call_complete
 from envs.prompts import render_transcript
 
 from .base import Agent
+from .lm import Branch, cache_kwarg, score_tree
 
 KV = tuple[tuple[torch.Tensor, torch.Tensor], ...]
 """Per layer, keys and values of one sequence: ``[1, kv_heads, length, head_dim]`` each."""
@@ -439,18 +439,21 @@ class LLMAgent(Agent):
         The prompts go through one pass (their last logits score each candidate's first token). Then each env's
         candidates go through one more pass together, as a tree over the prompt's cache: every candidate token
         attends to the whole prompt and to its own candidate's earlier tokens only, at the positions it would
-        have right after the prompt. So no candidate copies the prompt's keys and values.
+        have right after the prompt (:func:`agents.lm.score_tree`, the learner's scorer too).
         """
         logits, cache, mask, next_positions = self._forward(rows, logits_to_keep=1)
-        first_logprobs = torch.log_softmax(logits[:, -1].float(), -1)
+        last = logits[:, -1]
         prompt_kv = [self._row_kv(cache, mask, i) for i in range(len(rows))]
         del logits
         cand_ids = [[self._encode(c, False) for c in cands] for cands in candidates]
         if any(not ids for env_ids in cand_ids for ids in env_ids):
             raise ValueError("every candidate must be a non-empty action string")
+        host_mask = mask.bool().cpu()
         token_logprobs: dict[tuple[int, int], torch.Tensor] = {}
         for envs in self._score_chunks(cand_ids, mask.shape[1]):
-            token_logprobs.update(self._score_tree(envs, cache, mask, next_positions, cand_ids, first_logprobs))
+            tree = [[Branch(ids, int(next_positions[e]), host_mask[e], (e,)) for ids in cand_ids[e]] for e in envs]
+            scored = iter(score_tree(self.model, _rows_of(cache, envs), tree, last, self._pad_id).per_branch())
+            token_logprobs.update({(e, c): next(scored).cpu() for e in envs for c in range(len(cand_ids[e]))})
         del cache
         results = []
         for e, ids in enumerate(cand_ids):
@@ -485,60 +488,9 @@ class LLMAgent(Agent):
             widest = max(widest, new)
         return chunks
 
-    def _score_tree(self, envs: Sequence[int], cache: DynamicCache, mask: torch.Tensor,
-                    next_positions: torch.Tensor, cand_ids: Sequence[Sequence[list[int]]],
-                    first_logprobs: torch.Tensor) -> dict[tuple[int, int], torch.Tensor]:
-        """Token log-probs of every candidate of ``envs``, all of an env's candidates in one row."""
-        past = mask.shape[1]
-        width = max(sum(map(len, cand_ids[e])) for e in envs)
-        input_ids = torch.full((len(envs), width), self._pad_id, dtype=torch.long)
-        positions = torch.zeros((len(envs), width), dtype=torch.long)
-        allowed = torch.zeros((len(envs), 1, width, past + width), dtype=torch.bool)
-        host_mask = mask.bool().cpu()
-        spans: list[list[tuple[int, int]]] = []
-        for r, e in enumerate(envs):
-            offset, row_spans = 0, []
-            for ids in cand_ids[e]:
-                n = len(ids)
-                block = slice(offset, offset + n)
-                input_ids[r, block] = torch.tensor(ids)
-                positions[r, block] = int(next_positions[e]) + torch.arange(n)
-                allowed[r, 0, block, :past] = host_mask[e]
-                allowed[r, 0, block, past + offset : past + offset + n] = torch.ones(n, n, dtype=torch.bool).tril()
-                row_spans.append((offset, n))
-                offset += n
-            # Padding attends to itself only, so every query row has a key.
-            pad = torch.arange(offset, width)
-            allowed[r, 0, pad, past + pad] = True
-            spans.append(row_spans)
-        index = torch.tensor(list(envs), device=self.device)
-        tree_cache = DynamicCache(ddp_cache_data=[(layer.keys.index_select(0, index),
-                                                   layer.values.index_select(0, index)) for layer in cache.layers])
-        out = self.model(input_ids=input_ids.to(self.device), attention_mask=self._attention_mask(allowed),
-                         position_ids=positions.to(self.device), use_cache=True,
-                         **{self._cache_kwarg: tree_cache})
-        logprobs = torch.log_softmax(out.logits.float(), -1)
-        result = {}
-        for r, e in enumerate(envs):
-            for c, (offset, n) in enumerate(spans[r]):
-                ids = torch.tensor(cand_ids[e][c], device=self.device)
-                # Query offset+k predicts the candidate's token k+1; the prompt's last logits predict token 0.
-                rest = logprobs[r, offset : offset + n - 1].gather(1, ids[1:, None]).squeeze(1)
-                result[(e, c)] = torch.cat([first_logprobs[e, ids[:1]], rest]).cpu()
-        return result
 
-    def _attention_mask(self, allowed: torch.Tensor) -> torch.Tensor:
-        return attention_mask_4d(self.model, allowed.to(self.device))
-
-
-def cache_kwarg(model: PreTrainedModel) -> str:
-    """The forward argument that takes a cache: Transformers renamed ``past_key_values`` to ``cache`` during v5."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-
-
-def attention_mask_4d(model: PreTrainedModel, allowed: torch.Tensor) -> torch.Tensor:
-    """A custom ``(batch, 1, query, key)`` mask as ``model``'s attention takes it (bool for SDPA, additive else)."""
-    if getattr(model.config, "_attn_implementation", "sdpa") == "sdpa":
-        return allowed
-    dtype = next(model.parameters()).dtype
-    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(~allowed, torch.finfo(dtype).min)
+def _rows_of(cache: DynamicCache, rows: Sequence[int]) -> DynamicCache:
+    """A new cache of the given rows of ``cache`` (their keys and values copied)."""
+    index = torch.tensor(list(rows), device=cache.layers[0].keys.device)
+    return DynamicCache(ddp_cache_data=[(layer.keys.index_select(0, index), layer.values.index_select(0, index))
+                                        for layer in cache.layers])
