@@ -2,9 +2,10 @@
 
 Per env of a batch, :class:`LLMAgent` keeps one cache per session (``info["session_id"]``): a session's
 context only grows, so each step feeds the model just the tokens that are new since the last step. Every
-step is recorded as an :class:`AgentStep` (the tokens the model conditioned on, the tokens it produced and
-their log-probs) in ``agent.last_steps`` for learners; :func:`pack_session` turns a session's steps into
-training sequences. Candidates are scored by :func:`agents.lm.score_tree`, the scorer the learner uses too.
+step is recorded as an :class:`agents.records.AgentStep` (the tokens the model conditioned on, the tokens it
+produced and their log-probs) in ``agent.last_steps`` for learners; :func:`agents.records.pack_session` turns
+a session's steps into training sequences. Candidates are scored by :func:`agents.lm.score_tree`, the scorer
+the learner uses too.
 
 Example:
     >>> from agents.models import load_model
@@ -21,8 +22,7 @@ Example:
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Hashable, Sequence
 
 import torch
@@ -33,6 +33,7 @@ from envs.prompts import render_transcript
 
 from .base import Agent
 from .lm import Branch, cache_kwarg, score_tree
+from .records import AgentStep
 
 KV = tuple[tuple[torch.Tensor, torch.Tensor], ...]
 """Per layer, keys and values of one sequence: ``[1, kv_heads, length, head_dim]`` each."""
@@ -47,82 +48,6 @@ def tool_call_complete(text: str) -> bool:
         (True, False)
     """
     return call_complete(text)
-
-
-@dataclass
-class AgentStep:
-    """What the model did at one step of one env.
-
-    Attributes:
-        session_id: the session that acted (``info["session_id"]``).
-        prompt_ids: every token the model conditioned on, from the start of the session's context.
-        gen_ids: the tokens it produced (generate) or the chosen candidate's tokens (choose).
-        logprobs: float32, ``log p(gen_ids[k] | prompt_ids + gen_ids[:k])`` under the model at temperature 1,
-            whatever temperature was used to sample.
-        text: the action string returned to the env: the decoded output, less a final eos token.
-        choice_probs: choose mode: the probability of each of ``info["candidates"]`` (sums to 1).
-        choice: choose mode: the index of the chosen candidate.
-        candidate_ids: choose mode: each candidate's token ids (as scored after ``prompt_ids``).
-        choice_policy: choose mode: how a score becomes a choice, ``{"temperature": t, "length_normalize": b}``:
-            ``pi(c) = softmax_c(score_c / t)``, ``score_c`` the candidate's summed (or mean) token log-prob.
-            The learner trains this policy (at temperature 1 when sampling was greedy).
-        choice_logprob: choose mode: ``log pi(choice)`` under that policy when the step was taken.
-    """
-
-    session_id: Hashable
-    prompt_ids: list[int]
-    gen_ids: list[int]
-    logprobs: torch.Tensor
-    text: str
-    choice_probs: torch.Tensor | None = None
-    choice: int | None = None
-    candidate_ids: list[list[int]] | None = None
-    choice_policy: dict[str, Any] | None = None
-    choice_logprob: float | None = None
-
-
-@dataclass
-class PackedSequence:
-    """One session (or the part of it whose steps extend each other) as a single training sequence.
-
-    Attributes:
-        ids: the token ids.
-        loss_mask: ``True`` at the tokens the model generated.
-        logprobs: float32, the sampling-time ``log p(ids[j] | ids[:j])`` where ``loss_mask[j]``, else 0.
-        steps: the indices (into the steps given to :func:`pack_session`) whose tokens this sequence holds.
-    """
-
-    ids: list[int]
-    loss_mask: list[bool]
-    logprobs: torch.Tensor
-    steps: list[int] = field(default_factory=list)
-
-
-def pack_session(steps: Sequence[AgentStep]) -> list[PackedSequence]:
-    """A session's steps (in order) as training sequences: usually one, holding every step's generated tokens.
-
-    A step whose ``prompt_ids`` start with the previous step's ``prompt_ids + gen_ids`` extends the same
-    sequence; otherwise (a chat template that rewrote earlier turns, a generation ended by eos) a new one starts.
-
-    Example:
-        >>> lp = torch.tensor([-0.5])
-        >>> a = AgentStep(0, [1, 2], [3], lp, "x")
-        >>> b = AgentStep(0, [1, 2, 3, 4], [5], lp, "y")
-        >>> [(p.ids, p.loss_mask) for p in pack_session([a, b])]
-        [([1, 2, 3, 4, 5], [False, False, True, False, True])]
-    """
-    packed: list[PackedSequence] = []
-    for index, step in enumerate(steps):
-        current = packed[-1] if packed else None
-        if current is None or step.prompt_ids[: len(current.ids)] != current.ids:
-            current = PackedSequence([], [], torch.zeros(0), [])
-            packed.append(current)
-        new_prompt = len(step.prompt_ids) - len(current.ids)
-        current.ids = step.prompt_ids + step.gen_ids
-        current.loss_mask += [False] * new_prompt + [True] * len(step.gen_ids)
-        current.logprobs = torch.cat([current.logprobs, torch.zeros(new_prompt), step.logprobs.float()])
-        current.steps.append(index)
-    return packed
 
 
 @dataclass

@@ -29,9 +29,10 @@ import torch
 from tqdm.auto import tqdm
 
 from agents.base import Agent
+from agents.records import TrainSequence
 
 from .pg import micro_batches, sequence_logprobs
-from .rollout import TrainSequence, Trajectory, session_sequences
+from .rollout import Trajectory, session_sequences
 
 
 class TeacherForcing(Agent):

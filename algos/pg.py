@@ -38,10 +38,10 @@ import numpy as np
 import torch
 
 from agents.lm import Branch, cache_kwarg, score_tree
+from agents.records import Choice, TrainSequence
 
 from . import advantages as adv
 from .config import PGConfig
-from .rollout import Choice, TrainSequence
 
 
 def sequence_logprobs(model: torch.nn.Module, sequences: Sequence[TrainSequence], device: torch.device

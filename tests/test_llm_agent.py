@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agents.llm import AgentStep, LLMAgent, pack_session, tool_call_complete
+from agents.llm import LLMAgent, tool_call_complete
+from agents.records import AgentStep, pack_session
 from agents.models import build_tiny_model, train_tokenizer
 from envs.prompts import render_transcript
 
@@ -195,7 +196,8 @@ def test_eos_ends_the_output_and_is_left_out_of_the_action(tiny):
     second = agent.last_steps[0]
     # The eos was generated but is not in the context that follows, so the session packs into two sequences.
     assert second.prompt_ids[: len(first.prompt_ids)] == first.prompt_ids
-    assert [p.steps for p in pack_session([first, second])] == [[0], [1]]
+    packed = pack_session([first, second])
+    assert [p.token_ids for p in packed] == [first.prompt_ids + first.gen_ids, second.prompt_ids + second.gen_ids]
     torch.testing.assert_close(second.logprobs, _reference_logprobs(model, second), atol=1e-4, rtol=0)
 
 
@@ -316,13 +318,14 @@ def test_pack_session_rebuilds_one_sequence_with_generated_tokens_masked(tiny):
     steps = [h[0] for h in history]
     (packed,) = pack_session(steps)
     last = steps[-1]
-    assert packed.ids == last.prompt_ids + last.gen_ids and packed.steps == [0, 1, 2]
-    masked = [j for j, m in enumerate(packed.loss_mask) if m]
-    assert [packed.ids[j] for j in masked] == [t for s in steps for t in s.gen_ids]
+    assert packed.token_ids == last.prompt_ids + last.gen_ids and packed.choices == []
+    masked = [j for j, m in enumerate(packed.gen_mask) if m]
+    assert [packed.token_ids[j] for j in masked] == [t for s in steps for t in s.gen_ids]
     with torch.no_grad():
-        logits = model(torch.tensor([packed.ids])).logits[0].float()
-    fresh = torch.log_softmax(logits[:-1], -1).gather(1, torch.tensor(packed.ids[1:])[:, None]).squeeze(1)
-    torch.testing.assert_close(packed.logprobs[masked], fresh[[j - 1 for j in masked]], atol=1e-4, rtol=0)
+        logits = model(torch.tensor([packed.token_ids])).logits[0].float()
+    fresh = torch.log_softmax(logits[:-1], -1).gather(1, torch.tensor(packed.token_ids[1:])[:, None]).squeeze(1)
+    torch.testing.assert_close(torch.tensor(packed.old_logprobs)[masked], fresh[[j - 1 for j in masked]],
+                               atol=1e-4, rtol=0)
 
 
 def test_record_tokenizes_like_choosing_the_forced_action(tiny):
