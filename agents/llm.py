@@ -1,11 +1,11 @@
 """An agent over any Transformers causal LM: batched sampling with per-session KV caches, or candidate choice.
 
 Per env of a batch, :class:`LLMAgent` keeps one cache per session (``info["session_id"]``): a session's
-context only grows, so each step feeds the model just the tokens that are new since the last step. Every
-step is recorded as an :class:`agents.records.AgentStep` (the tokens the model conditioned on, the tokens it
-produced and their log-probs) in ``agent.last_steps`` for learners; :func:`agents.records.pack_session` turns
-a session's steps into training sequences. Candidates are scored by :func:`agents.lm.score_tree`, the scorer
-the learner uses too.
+context only grows, so each step feeds the model just the tokens that are new since the last step. It is a
+:class:`agents.base.RecordingAgent`: :meth:`LLMAgent.act_batch_recorded` returns, with the actions, one
+:class:`agents.records.AgentStep` per env (the tokens the model conditioned on, the tokens it produced and
+their log-probs) for learners; :func:`agents.records.pack_session` turns a session's steps into training
+sequences. Candidates are scored by :func:`agents.lm.score_tree`, the scorer the learner uses too.
 
 Example:
     >>> from agents.models import load_model
@@ -14,9 +14,8 @@ Example:
     >>> agent = LLMAgent(model, tokenizer, max_new_tokens=8, seed=0)
     >>> messages = [{"role": "system", "content": "Answer."}, {"role": "user", "content": "Who?"}]
     >>> info = {"session_id": 0, "messages": messages}
-    >>> action = agent.act(render_transcript(messages), info)
-    >>> step = agent.last_steps[0]
-    >>> len(step.gen_ids) == len(step.logprobs) <= 8
+    >>> (action,), (step,) = agent.act_batch_recorded([render_transcript(messages)], [info])
+    >>> step.text == action and len(step.gen_ids) == len(step.logprobs) <= 8
     True
 """
 
@@ -31,7 +30,7 @@ from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 from envs.actions import call_complete
 from envs.prompts import render_transcript
 
-from .base import Agent
+from .base import RecordingAgent
 from .lm import Branch, cache_kwarg, score_tree
 from .records import AgentStep
 
@@ -75,7 +74,7 @@ class _Row:
         return 0 if self.kv is None else self.kv[0][0].shape[2]
 
 
-class LLMAgent(Agent):
+class LLMAgent(RecordingAgent):
     """An agent over a Transformers causal LM and its tokenizer.
 
     The prompt is the tokenizer's chat template over ``info["messages"]`` when it has one, else the plain
@@ -95,19 +94,15 @@ class LLMAgent(Agent):
             over the same tokens; for checking and for models whose cache cannot be sliced).
         max_score_tokens: choose mode: at most this many cached-plus-new token slots per scoring pass.
 
-    Attributes:
-        last_steps: one :class:`AgentStep` per env of the last :meth:`act_batch` call.
-
     Example:
         >>> from agents.models import load_model
         >>> model, tokenizer = load_model("tiny-1m", texts=["open(1) open(2)"] * 30)
         >>> agent = LLMAgent(model, tokenizer, mode="choose", temperature=0)
         >>> info = {"session_id": 0, "messages": [{"role": "user", "content": "Go."}],
         ...         "candidates": ["open(1)", "open(2)"]}
-        >>> agent.act("", info) in info["candidates"]
-        True
-        >>> round(float(agent.last_steps[0].choice_probs.sum()), 6)
-        1.0
+        >>> (action,), (step,) = agent.act_batch_recorded([""], [info])
+        >>> action in info["candidates"], round(float(step.choice_probs.sum()), 6)
+        (True, 1.0)
     """
 
     def __init__(
@@ -137,7 +132,6 @@ class LLMAgent(Agent):
         self.reuse_kv = reuse_kv
         self.max_score_tokens = max_score_tokens
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
-        self.last_steps: list[AgentStep] = []
         self._sessions: dict[tuple[int, Hashable], _Session] = {}
         self._chat = bool(getattr(tokenizer, "chat_template", None))
         self._cache_kwarg = cache_kwarg(model)
@@ -154,29 +148,28 @@ class LLMAgent(Agent):
         else:
             self._sessions = {k: s for k, s in self._sessions.items() if k[0] != index}
 
-    def act(self, observation: str, info: dict[str, Any]) -> str:
-        """The action for one env (env index 0 unless ``info["env_index"]`` says otherwise)."""
-        return self.act_batch([observation], [info])[0]
-
     @torch.no_grad()
-    def act_batch(self, observations: Sequence[str], infos: Sequence[dict[str, Any]]) -> list[str]:
-        """Actions for a batch of envs in one batched pass.
+    def act_batch_recorded(self, observations: Sequence[str], infos: Sequence[dict[str, Any]]
+                           ) -> tuple[list[str], list[AgentStep]]:
+        """Actions for a batch of envs in one batched pass, and the step record of each.
 
         Caches belong to ``(info["env_index"], info["session_id"])``; without ``env_index`` (a plain list of
         envs) the env is its position in the batch.
         """
-        return self._step(observations, infos)
+        steps = self._step(observations, infos)
+        return [step.text for step in steps], steps
 
-    def record(self, observations: Sequence[str], infos: Sequence[dict[str, Any]], actions: Sequence[str]) -> None:
+    def record(self, observations: Sequence[str], infos: Sequence[dict[str, Any]], actions: Sequence[str]
+               ) -> list[AgentStep]:
         """Record ``actions`` (another agent's, e.g. an oracle's) as this agent's steps, without running the model.
 
-        ``last_steps`` then holds the prompt ids this agent would condition on and the action's ids as it would
-        emit them (log-probs are left at 0): teacher forcing for behaviour cloning, at the cost of tokenizing.
+        The steps hold the prompt ids this agent would condition on and the action's ids as it would emit them
+        (log-probs are left at 0): teacher forcing for behaviour cloning, at the cost of tokenizing.
         """
-        self._step(observations, infos, actions)
+        return self._step(observations, infos, actions)
 
     def _step(self, observations: Sequence[str], infos: Sequence[dict[str, Any]],
-              forced: Sequence[str] | None = None) -> list[str]:
+              forced: Sequence[str] | None = None) -> list[AgentStep]:
         keys = [(info.get("env_index", i), info.get("session_id")) for i, info in enumerate(infos)]
         prompts = [self._prompt(obs, info) for obs, info in zip(observations, infos)]
         rows, prompt_ids = [], []
@@ -191,17 +184,17 @@ class LLMAgent(Agent):
             results = self._generate(rows)
         else:
             results = self._choose(rows, [self._candidates(info) for info in infos])
-        self.last_steps = []
+        steps = []
         for key, prompt, ids, (step, kv) in zip(keys, prompts, prompt_ids, results):
             step.session_id, step.prompt_ids = key[1], ids
-            self.last_steps.append(step)
+            steps.append(step)
             checkpoints = [
                 (prompt + self._decode(step.gen_ids), len(ids) + len(step.gen_ids)),
                 (prompt + step.text, len(ids) + len(self._without_eos(step.gen_ids))),
                 (prompt, len(ids)),
             ]
             self._sessions[key] = _Session(ids + step.gen_ids, checkpoints, kv if self.reuse_kv else None)
-        return [step.text for step in self.last_steps]
+        return steps
 
     def encode_action(self, action: str) -> list[int]:
         """The token ids of an action string as this agent feeds it after a prompt (what it would emit)."""

@@ -1,8 +1,8 @@
-"""What an agent hands a learner: a step record per action, and sessions packed into training sequences.
+"""What a recording agent hands a learner: a step record per action, and sessions packed into training sequences.
 
-An agent that records (:class:`agents.llm.LLMAgent`) leaves one :class:`AgentStep` per action; a collector
-keeps them by session, and :func:`pack_session` turns a session's steps straight into the
-:class:`TrainSequence` s a learner trains on. Both sides import this module (it imports
+An agent that records (:class:`agents.base.RecordingAgent`, e.g. :class:`agents.llm.LLMAgent`) returns one
+:class:`AgentStep` per action; a collector keeps them by session, and :func:`pack_session` turns a session's
+steps straight into the :class:`TrainSequence` s a learner trains on. Both sides import this module (it imports
 neither agents' models nor the learners, nor torch), so a sequence has one type from the agent to the loss.
 
 Example:

@@ -4,7 +4,9 @@ A :class:`Trajectory` keeps, for every session, the agent's steps (prompt token 
 log-probs), tagged by session id, kind and parent, plus the env's session tree, the reward, and (when asked)
 env snapshots at session boundaries, so Mosaic can branch continuations from them.
 
-The collector steps many envs at once and asks the agent for all their actions in one ``act_batch`` call.
+The collector steps many envs at once and asks the agent for all their actions in one call: a
+:class:`agents.base.RecordingAgent` (an ``LLMAgent``, teacher forcing) is asked with ``act_batch_recorded``
+and hands back its step records with the actions; any other agent is asked with ``act_batch`` and leaves none.
 Each env's info carries ``env_index`` (its slot in the pool), so an agent that keeps per-env state (an
 ``LLMAgent``'s KV caches) can tell envs apart while finished envs drop out of the batch, and
 ``episode_seed`` (the request's reset seed), so an agent can draw an episode's randomness from it and repeat
@@ -19,12 +21,12 @@ from typing import Any, Callable, Sequence
 import gymnasium as gym
 from tqdm.auto import tqdm
 
+from agents.base import RecordingAgent
 from agents.records import AgentStep, Choice, TrainSequence, pack_session
 from envs.actions import ActionError, parse_action
 
 # Choice and TrainSequence are agents.records' own, named here too: the learners' one sequence type.
 __all__ = ["Choice", "Collector", "Request", "TrainSequence", "Trajectory", "session_sequences"]
-
 
 
 @dataclass
@@ -100,11 +102,10 @@ class Collector:
                     r = pending.pop(0)
                     slots[slot] = self._start(slot, r, requests[r], agent, record_snapshots)
             active = sorted(slots)
-            actions = agent.act_batch([slots[s]["obs"] for s in active], [slots[s]["info"] for s in active])
-            agent_steps = getattr(agent, "last_steps", None)
+            actions, agent_steps = _act(agent, [slots[s]["obs"] for s in active], [slots[s]["info"] for s in active])
             for j, slot in enumerate(active):
                 run = slots[slot]
-                if self._step(slot, run, actions[j], agent_steps[j] if agent_steps else None, record_snapshots):
+                if self._step(slot, run, actions[j], agent_steps[j], record_snapshots):
                     results[run["request"]] = run["trajectory"]
                     del slots[slot]
                     bar.update(1)
@@ -123,7 +124,8 @@ class Collector:
             traj.snapshots["session_start"][info["session_id"]] = env.unwrapped.snapshot()
         return {"obs": obs, "info": info, "request": r, "trajectory": traj}
 
-    def _step(self, slot: int, run: dict[str, Any], action: str, agent_step: Any, record_snapshots: bool) -> bool:
+    def _step(self, slot: int, run: dict[str, Any], action: str, agent_step: AgentStep | None,
+              record_snapshots: bool) -> bool:
         env = self.envs[slot]
         traj: Trajectory = run["trajectory"]
         acting = run["info"]["session_id"]
@@ -150,6 +152,14 @@ class Collector:
             traj.tree = info["trajectory"]
             return True
         return False
+
+
+def _act(agent: Any, observations: list[str], infos: list[dict[str, Any]]
+         ) -> tuple[list[str], list[AgentStep | None]]:
+    """The agent's actions and, from a :class:`agents.base.RecordingAgent`, its step records (else None each)."""
+    if isinstance(agent, RecordingAgent):
+        return agent.act_batch_recorded(observations, infos)
+    return agent.act_batch(observations, infos), [None] * len(observations)
 
 
 def _is_fork(action: str) -> bool:
