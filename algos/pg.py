@@ -32,7 +32,7 @@ Example:
 from __future__ import annotations
 
 import copy
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
 import torch
@@ -42,6 +42,9 @@ from agents.records import Choice, TrainSequence
 
 from . import advantages as adv
 from .config import PGConfig
+
+if TYPE_CHECKING:
+    from .rollout import Trajectory
 
 
 def sequence_logprobs(model: torch.nn.Module, sequences: Sequence[TrainSequence], device: torch.device
@@ -178,6 +181,19 @@ class PolicyGradient:
             return adv.broadcast(rewards, session_traj, normalize_std=c.normalize_std)
         return adv.mosaic(rewards, session_traj, contributions, lambda_use=c.lambda_use, beta=c.beta,
                           clip=c.adv_clip, normalize_std=c.normalize_std)
+
+    def session_advantages(self, group: Sequence[Trajectory], contributions: Sequence[np.ndarray] | None = None
+                           ) -> dict[tuple[int, int], float]:
+        """One group's advantages, keyed by session: ``(i, sid)`` is session ``sid`` of trajectory ``group[i]``.
+
+        ``contributions[i][sid]`` is that session's D (Mosaic, :mod:`algos.credit`). The session rows of
+        :meth:`advantages` are built here from the keys, in tree order (which the mapping keeps), so a learner
+        attaches an advantage to a session by its id, never by its place in a row count.
+        """
+        keys = [(i, sid) for i, t in enumerate(group) for sid in t.session_ids]
+        d = None if contributions is None else np.array([contributions[i][sid] for i, sid in keys])
+        values = self.advantages([t.reward for t in group], np.array([i for i, _ in keys]), d)
+        return dict(zip(keys, values.tolist()))
 
     # --- the update -------------------------------------------------------------------------------
     def update(self, sequences: Sequence[TrainSequence]) -> dict[str, float]:
