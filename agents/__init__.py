@@ -1,5 +1,8 @@
 """Agents: who acts. ``Agent`` is the protocol; ``RandomAgent``, ``OracleAgent`` and ``LLMAgent`` are ready.
 
+``RecordingAgent`` is an agent that returns, with its actions, what it did (``agents.records.AgentStep``); the
+learners train on those records, packed by ``agents.records.pack_session`` into ``TrainSequence`` s.
+
 Example:
     >>> from agents import Agent, RandomAgent
     >>> isinstance(RandomAgent(), Agent)
@@ -8,11 +11,11 @@ Example:
 
 from __future__ import annotations
 
-from .base import Agent
+from .base import Agent, RecordingAgent
 from .oracle import OracleAgent
 from .random_agent import RandomAgent
 
-__all__ = ["Agent", "LLMAgent", "OracleAgent", "RandomAgent"]
+__all__ = ["Agent", "LLMAgent", "OracleAgent", "RandomAgent", "RecordingAgent"]
 
 
 def __getattr__(name: str):

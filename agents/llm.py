@@ -1,10 +1,11 @@
 """An agent over any Transformers causal LM: batched sampling with per-session KV caches, or candidate choice.
 
 Per env of a batch, :class:`LLMAgent` keeps one cache per session (``info["session_id"]``): a session's
-context only grows, so each step feeds the model just the tokens that are new since the last step. Every
-step is recorded as an :class:`AgentStep` (the tokens the model conditioned on, the tokens it produced and
-their log-probs) in ``agent.last_steps`` for learners; :func:`pack_session` turns a session's steps into
-training sequences.
+context only grows, so each step feeds the model just the tokens that are new since the last step. It is a
+:class:`agents.base.RecordingAgent`: :meth:`LLMAgent.act_batch_recorded` returns, with the actions, one
+:class:`agents.records.AgentStep` per env (the tokens the model conditioned on, the tokens it produced and
+their log-probs) for learners; :func:`agents.records.pack_session` turns a session's steps into training
+sequences. Candidates are scored by :func:`agents.lm.score_tree`, the scorer the learner uses too.
 
 Example:
     >>> from agents.models import load_model
@@ -13,17 +14,14 @@ Example:
     >>> agent = LLMAgent(model, tokenizer, max_new_tokens=8, seed=0)
     >>> messages = [{"role": "system", "content": "Answer."}, {"role": "user", "content": "Who?"}]
     >>> info = {"session_id": 0, "messages": messages}
-    >>> action = agent.act(render_transcript(messages), info)
-    >>> step = agent.last_steps[0]
-    >>> len(step.gen_ids) == len(step.logprobs) <= 8
+    >>> (action,), (step,) = agent.act_batch_recorded([render_transcript(messages)], [info])
+    >>> step.text == action and len(step.gen_ids) == len(step.logprobs) <= 8
     True
 """
 
 from __future__ import annotations
 
-import inspect
-import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Hashable, Sequence
 
 import torch
@@ -32,7 +30,9 @@ from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 from envs.actions import call_complete
 from envs.prompts import render_transcript
 
-from .base import Agent
+from .base import RecordingAgent
+from .lm import Branch, cache_kwarg, score_tree
+from .records import AgentStep
 
 KV = tuple[tuple[torch.Tensor, torch.Tensor], ...]
 """Per layer, keys and values of one sequence: ``[1, kv_heads, length, head_dim]`` each."""
@@ -47,82 +47,6 @@ def tool_call_complete(text: str) -> bool:
         (True, False)
     """
     return call_complete(text)
-
-
-@dataclass
-class AgentStep:
-    """What the model did at one step of one env.
-
-    Attributes:
-        session_id: the session that acted (``info["session_id"]``).
-        prompt_ids: every token the model conditioned on, from the start of the session's context.
-        gen_ids: the tokens it produced (generate) or the chosen candidate's tokens (choose).
-        logprobs: float32, ``log p(gen_ids[k] | prompt_ids + gen_ids[:k])`` under the model at temperature 1,
-            whatever temperature was used to sample.
-        text: the action string returned to the env: the decoded output, less a final eos token.
-        choice_probs: choose mode: the probability of each of ``info["candidates"]`` (sums to 1).
-        choice: choose mode: the index of the chosen candidate.
-        candidate_ids: choose mode: each candidate's token ids (as scored after ``prompt_ids``).
-        choice_policy: choose mode: how a score becomes a choice, ``{"temperature": t, "length_normalize": b}``:
-            ``pi(c) = softmax_c(score_c / t)``, ``score_c`` the candidate's summed (or mean) token log-prob.
-            The learner trains this policy (at temperature 1 when sampling was greedy).
-        choice_logprob: choose mode: ``log pi(choice)`` under that policy when the step was taken.
-    """
-
-    session_id: Hashable
-    prompt_ids: list[int]
-    gen_ids: list[int]
-    logprobs: torch.Tensor
-    text: str
-    choice_probs: torch.Tensor | None = None
-    choice: int | None = None
-    candidate_ids: list[list[int]] | None = None
-    choice_policy: dict[str, Any] | None = None
-    choice_logprob: float | None = None
-
-
-@dataclass
-class PackedSequence:
-    """One session (or the part of it whose steps extend each other) as a single training sequence.
-
-    Attributes:
-        ids: the token ids.
-        loss_mask: ``True`` at the tokens the model generated.
-        logprobs: float32, the sampling-time ``log p(ids[j] | ids[:j])`` where ``loss_mask[j]``, else 0.
-        steps: the indices (into the steps given to :func:`pack_session`) whose tokens this sequence holds.
-    """
-
-    ids: list[int]
-    loss_mask: list[bool]
-    logprobs: torch.Tensor
-    steps: list[int] = field(default_factory=list)
-
-
-def pack_session(steps: Sequence[AgentStep]) -> list[PackedSequence]:
-    """A session's steps (in order) as training sequences: usually one, holding every step's generated tokens.
-
-    A step whose ``prompt_ids`` start with the previous step's ``prompt_ids + gen_ids`` extends the same
-    sequence; otherwise (a chat template that rewrote earlier turns, a generation ended by eos) a new one starts.
-
-    Example:
-        >>> lp = torch.tensor([-0.5])
-        >>> a = AgentStep(0, [1, 2], [3], lp, "x")
-        >>> b = AgentStep(0, [1, 2, 3, 4], [5], lp, "y")
-        >>> [(p.ids, p.loss_mask) for p in pack_session([a, b])]
-        [([1, 2, 3, 4, 5], [False, False, True, False, True])]
-    """
-    packed: list[PackedSequence] = []
-    for index, step in enumerate(steps):
-        current = packed[-1] if packed else None
-        if current is None or step.prompt_ids[: len(current.ids)] != current.ids:
-            current = PackedSequence([], [], torch.zeros(0), [])
-            packed.append(current)
-        new_prompt = len(step.prompt_ids) - len(current.ids)
-        current.ids = step.prompt_ids + step.gen_ids
-        current.loss_mask += [False] * new_prompt + [True] * len(step.gen_ids)
-        current.logprobs = torch.cat([current.logprobs, torch.zeros(new_prompt), step.logprobs.float()])
-        current.steps.append(index)
-    return packed
 
 
 @dataclass
@@ -150,7 +74,7 @@ class _Row:
         return 0 if self.kv is None else self.kv[0][0].shape[2]
 
 
-class LLMAgent(Agent):
+class LLMAgent(RecordingAgent):
     """An agent over a Transformers causal LM and its tokenizer.
 
     The prompt is the tokenizer's chat template over ``info["messages"]`` when it has one, else the plain
@@ -170,19 +94,15 @@ class LLMAgent(Agent):
             over the same tokens; for checking and for models whose cache cannot be sliced).
         max_score_tokens: choose mode: at most this many cached-plus-new token slots per scoring pass.
 
-    Attributes:
-        last_steps: one :class:`AgentStep` per env of the last :meth:`act_batch` call.
-
     Example:
         >>> from agents.models import load_model
         >>> model, tokenizer = load_model("tiny-1m", texts=["open(1) open(2)"] * 30)
         >>> agent = LLMAgent(model, tokenizer, mode="choose", temperature=0)
         >>> info = {"session_id": 0, "messages": [{"role": "user", "content": "Go."}],
         ...         "candidates": ["open(1)", "open(2)"]}
-        >>> agent.act("", info) in info["candidates"]
-        True
-        >>> round(float(agent.last_steps[0].choice_probs.sum()), 6)
-        1.0
+        >>> (action,), (step,) = agent.act_batch_recorded([""], [info])
+        >>> action in info["candidates"], round(float(step.choice_probs.sum()), 6)
+        (True, 1.0)
     """
 
     def __init__(
@@ -212,7 +132,6 @@ class LLMAgent(Agent):
         self.reuse_kv = reuse_kv
         self.max_score_tokens = max_score_tokens
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
-        self.last_steps: list[AgentStep] = []
         self._sessions: dict[tuple[int, Hashable], _Session] = {}
         self._chat = bool(getattr(tokenizer, "chat_template", None))
         self._cache_kwarg = cache_kwarg(model)
@@ -229,29 +148,28 @@ class LLMAgent(Agent):
         else:
             self._sessions = {k: s for k, s in self._sessions.items() if k[0] != index}
 
-    def act(self, observation: str, info: dict[str, Any]) -> str:
-        """The action for one env (env index 0 unless ``info["env_index"]`` says otherwise)."""
-        return self.act_batch([observation], [info])[0]
-
     @torch.no_grad()
-    def act_batch(self, observations: Sequence[str], infos: Sequence[dict[str, Any]]) -> list[str]:
-        """Actions for a batch of envs in one batched pass.
+    def act_batch_recorded(self, observations: Sequence[str], infos: Sequence[dict[str, Any]]
+                           ) -> tuple[list[str], list[AgentStep]]:
+        """Actions for a batch of envs in one batched pass, and the step record of each.
 
         Caches belong to ``(info["env_index"], info["session_id"])``; without ``env_index`` (a plain list of
         envs) the env is its position in the batch.
         """
-        return self._step(observations, infos)
+        steps = self._step(observations, infos)
+        return [step.text for step in steps], steps
 
-    def record(self, observations: Sequence[str], infos: Sequence[dict[str, Any]], actions: Sequence[str]) -> None:
+    def record(self, observations: Sequence[str], infos: Sequence[dict[str, Any]], actions: Sequence[str]
+               ) -> list[AgentStep]:
         """Record ``actions`` (another agent's, e.g. an oracle's) as this agent's steps, without running the model.
 
-        ``last_steps`` then holds the prompt ids this agent would condition on and the action's ids as it would
-        emit them (log-probs are left at 0): teacher forcing for behaviour cloning, at the cost of tokenizing.
+        The steps hold the prompt ids this agent would condition on and the action's ids as it would emit them
+        (log-probs are left at 0): teacher forcing for behaviour cloning, at the cost of tokenizing.
         """
-        self._step(observations, infos, actions)
+        return self._step(observations, infos, actions)
 
     def _step(self, observations: Sequence[str], infos: Sequence[dict[str, Any]],
-              forced: Sequence[str] | None = None) -> list[str]:
+              forced: Sequence[str] | None = None) -> list[AgentStep]:
         keys = [(info.get("env_index", i), info.get("session_id")) for i, info in enumerate(infos)]
         prompts = [self._prompt(obs, info) for obs, info in zip(observations, infos)]
         rows, prompt_ids = [], []
@@ -266,17 +184,17 @@ class LLMAgent(Agent):
             results = self._generate(rows)
         else:
             results = self._choose(rows, [self._candidates(info) for info in infos])
-        self.last_steps = []
+        steps = []
         for key, prompt, ids, (step, kv) in zip(keys, prompts, prompt_ids, results):
             step.session_id, step.prompt_ids = key[1], ids
-            self.last_steps.append(step)
+            steps.append(step)
             checkpoints = [
                 (prompt + self._decode(step.gen_ids), len(ids) + len(step.gen_ids)),
                 (prompt + step.text, len(ids) + len(self._without_eos(step.gen_ids))),
                 (prompt, len(ids)),
             ]
             self._sessions[key] = _Session(ids + step.gen_ids, checkpoints, kv if self.reuse_kv else None)
-        return [step.text for step in self.last_steps]
+        return steps
 
     def encode_action(self, action: str) -> list[int]:
         """The token ids of an action string as this agent feeds it after a prompt (what it would emit)."""
@@ -439,18 +357,21 @@ class LLMAgent(Agent):
         The prompts go through one pass (their last logits score each candidate's first token). Then each env's
         candidates go through one more pass together, as a tree over the prompt's cache: every candidate token
         attends to the whole prompt and to its own candidate's earlier tokens only, at the positions it would
-        have right after the prompt. So no candidate copies the prompt's keys and values.
+        have right after the prompt (:func:`agents.lm.score_tree`, the learner's scorer too).
         """
         logits, cache, mask, next_positions = self._forward(rows, logits_to_keep=1)
-        first_logprobs = torch.log_softmax(logits[:, -1].float(), -1)
+        last = logits[:, -1]
         prompt_kv = [self._row_kv(cache, mask, i) for i in range(len(rows))]
         del logits
         cand_ids = [[self._encode(c, False) for c in cands] for cands in candidates]
         if any(not ids for env_ids in cand_ids for ids in env_ids):
             raise ValueError("every candidate must be a non-empty action string")
+        host_mask = mask.bool().cpu()
         token_logprobs: dict[tuple[int, int], torch.Tensor] = {}
         for envs in self._score_chunks(cand_ids, mask.shape[1]):
-            token_logprobs.update(self._score_tree(envs, cache, mask, next_positions, cand_ids, first_logprobs))
+            tree = [[Branch(ids, int(next_positions[e]), host_mask[e], (e,)) for ids in cand_ids[e]] for e in envs]
+            scored = iter(score_tree(self.model, _rows_of(cache, envs), tree, last, self._pad_id).per_branch())
+            token_logprobs.update({(e, c): next(scored).cpu() for e in envs for c in range(len(cand_ids[e]))})
         del cache
         results = []
         for e, ids in enumerate(cand_ids):
@@ -485,60 +406,9 @@ class LLMAgent(Agent):
             widest = max(widest, new)
         return chunks
 
-    def _score_tree(self, envs: Sequence[int], cache: DynamicCache, mask: torch.Tensor,
-                    next_positions: torch.Tensor, cand_ids: Sequence[Sequence[list[int]]],
-                    first_logprobs: torch.Tensor) -> dict[tuple[int, int], torch.Tensor]:
-        """Token log-probs of every candidate of ``envs``, all of an env's candidates in one row."""
-        past = mask.shape[1]
-        width = max(sum(map(len, cand_ids[e])) for e in envs)
-        input_ids = torch.full((len(envs), width), self._pad_id, dtype=torch.long)
-        positions = torch.zeros((len(envs), width), dtype=torch.long)
-        allowed = torch.zeros((len(envs), 1, width, past + width), dtype=torch.bool)
-        host_mask = mask.bool().cpu()
-        spans: list[list[tuple[int, int]]] = []
-        for r, e in enumerate(envs):
-            offset, row_spans = 0, []
-            for ids in cand_ids[e]:
-                n = len(ids)
-                block = slice(offset, offset + n)
-                input_ids[r, block] = torch.tensor(ids)
-                positions[r, block] = int(next_positions[e]) + torch.arange(n)
-                allowed[r, 0, block, :past] = host_mask[e]
-                allowed[r, 0, block, past + offset : past + offset + n] = torch.ones(n, n, dtype=torch.bool).tril()
-                row_spans.append((offset, n))
-                offset += n
-            # Padding attends to itself only, so every query row has a key.
-            pad = torch.arange(offset, width)
-            allowed[r, 0, pad, past + pad] = True
-            spans.append(row_spans)
-        index = torch.tensor(list(envs), device=self.device)
-        tree_cache = DynamicCache(ddp_cache_data=[(layer.keys.index_select(0, index),
-                                                   layer.values.index_select(0, index)) for layer in cache.layers])
-        out = self.model(input_ids=input_ids.to(self.device), attention_mask=self._attention_mask(allowed),
-                         position_ids=positions.to(self.device), use_cache=True,
-                         **{self._cache_kwarg: tree_cache})
-        logprobs = torch.log_softmax(out.logits.float(), -1)
-        result = {}
-        for r, e in enumerate(envs):
-            for c, (offset, n) in enumerate(spans[r]):
-                ids = torch.tensor(cand_ids[e][c], device=self.device)
-                # Query offset+k predicts the candidate's token k+1; the prompt's last logits predict token 0.
-                rest = logprobs[r, offset : offset + n - 1].gather(1, ids[1:, None]).squeeze(1)
-                result[(e, c)] = torch.cat([first_logprobs[e, ids[:1]], rest]).cpu()
-        return result
 
-    def _attention_mask(self, allowed: torch.Tensor) -> torch.Tensor:
-        return attention_mask_4d(self.model, allowed.to(self.device))
-
-
-def cache_kwarg(model: PreTrainedModel) -> str:
-    """The forward argument that takes a cache: Transformers renamed ``past_key_values`` to ``cache`` during v5."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-
-
-def attention_mask_4d(model: PreTrainedModel, allowed: torch.Tensor) -> torch.Tensor:
-    """A custom ``(batch, 1, query, key)`` mask as ``model``'s attention takes it (bool for SDPA, additive else)."""
-    if getattr(model.config, "_attn_implementation", "sdpa") == "sdpa":
-        return allowed
-    dtype = next(model.parameters()).dtype
-    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(~allowed, torch.finfo(dtype).min)
+def _rows_of(cache: DynamicCache, rows: Sequence[int]) -> DynamicCache:
+    """A new cache of the given rows of ``cache`` (their keys and values copied)."""
+    index = torch.tensor(list(rows), device=cache.layers[0].keys.device)
+    return DynamicCache(ddp_cache_data=[(layer.keys.index_select(0, index), layer.values.index_select(0, index))
+                                        for layer in cache.layers])

@@ -25,8 +25,8 @@ def __getattr__(name: str):
         from .pg import PolicyGradient
 
         return PolicyGradient
-    if name == "TrainSequence":
-        from .rollout import TrainSequence
+    if name == "TrainSequence":  # the one sequence type, the agents' records'
+        from agents.records import TrainSequence
 
         return TrainSequence
     raise AttributeError(f"module 'algos' has no attribute {name!r}")

@@ -28,38 +28,33 @@ from typing import Any, Sequence
 import torch
 from tqdm.auto import tqdm
 
-from agents.base import Agent
+from agents.base import Agent, RecordingAgent
+from agents.records import AgentStep, TrainSequence
 
 from .pg import micro_batches, sequence_logprobs
-from .rollout import TrainSequence, Trajectory, session_sequences
+from .rollout import Trajectory, session_sequences
 
 
-class TeacherForcing(Agent):
+class TeacherForcing(RecordingAgent):
     """Acts as ``teacher``; records each action as ``student``'s output (its prompt tokens, the action's tokens).
 
     The student only tokenizes (:meth:`agents.llm.LLMAgent.record`): the recorded tokens are exactly those it
-    would condition on and emit; ``last_steps`` are the student's.
+    would condition on and emit. The steps returned by :meth:`act_batch_recorded` are the student's, so a
+    collector packs the demonstrations as it packs the student's own rollouts.
     """
 
     def __init__(self, teacher: Agent, student: Any):
         self.teacher = teacher
         self.student = student
 
-    @property
-    def last_steps(self):
-        return self.student.last_steps
-
     def reset(self, index: int | None = None) -> None:
         self.teacher.reset(index)
         self.student.reset(index)
 
-    def act_batch(self, observations: Sequence[str], infos: Sequence[dict[str, Any]]) -> list[str]:
+    def act_batch_recorded(self, observations: Sequence[str], infos: Sequence[dict[str, Any]]
+                           ) -> tuple[list[str], list[AgentStep]]:
         actions = self.teacher.act_batch(observations, infos)
-        self.student.record(observations, infos, actions)
-        return actions
-
-    def act(self, observation: str, info: dict[str, Any]) -> str:
-        return self.act_batch([observation], [info])[0]
+        return actions, self.student.record(observations, infos, actions)
 
 
 def clone(model: torch.nn.Module, demos: Sequence[Trajectory], epochs: int, lr: float, device: str = "cpu",

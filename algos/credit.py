@@ -27,11 +27,12 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
+from agents.records import TrainSequence
 from envs.actions import ActionError, format_action, parse_action
 
 from . import advantages as adv
 from .pg import sequence_logprobs
-from .rollout import Collector, Request, TrainSequence, Trajectory
+from .rollout import Collector, Request, Trajectory
 
 
 def chains(trajectory: Trajectory) -> list[list[int]]:

@@ -32,14 +32,19 @@ Example:
 from __future__ import annotations
 
 import copy
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
 import torch
 
+from agents.lm import Branch, cache_kwarg, score_tree
+from agents.records import Choice, TrainSequence
+
 from . import advantages as adv
 from .config import PGConfig
-from .rollout import TrainSequence
+
+if TYPE_CHECKING:
+    from .rollout import Trajectory
 
 
 def sequence_logprobs(model: torch.nn.Module, sequences: Sequence[TrainSequence], device: torch.device
@@ -71,80 +76,33 @@ def choice_logprobs(model: torch.nn.Module, sequences: Sequence[TrainSequence], 
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Log-probs of the chosen candidates, ``logp[b, j]`` for choice ``j`` of sequence ``b``.
 
-    Two passes, as :class:`agents.llm.LLMAgent` scored the candidates when acting: the sequences (causal, with
-    a cache), then every candidate of every choice at once as branches of a tree over that cache: a candidate
-    token attends to its sequence's first ``prompt_len`` tokens and to its own candidate's earlier tokens, at
-    the positions it would have right after that prefix. Gradients flow through both passes.
+    Two passes: the sequences (causal, with a cache), then every candidate of every choice at once as branches
+    of a tree over that cache, by :func:`agents.lm.score_tree`, the scorer :class:`agents.llm.LLMAgent` acts
+    with: a candidate token attends to its sequence's first ``prompt_len`` tokens and to its own candidate's
+    earlier tokens, at the positions it would have right after that prefix. Gradients flow through both passes.
     Returns ``(logp, old, mask)`` of shape ``(B, J)``: the current and the sampling-time log-probs, and which
     ``(b, j)`` hold a choice.
     """
     from transformers import DynamicCache
 
-    from agents.llm import attention_mask_4d, cache_kwarg
-
     batch = len(sequences)
     length = max(len(s.token_ids) for s in sequences)
-    width = max(s.length - len(s.token_ids) for s in sequences)
     count = max(len(s.choices) for s in sequences)
     ids = torch.zeros((batch, length), dtype=torch.long)
     attn = torch.zeros_like(ids)
-    cand = torch.zeros((batch, width), dtype=torch.long)
-    positions = torch.zeros_like(cand)
-    allowed = torch.zeros((batch, 1, width, length + width), dtype=torch.bool)
-    # Per candidate: its row, the column whose logits predict its first token, that token, and its length;
-    # per later candidate token: the candidate it belongs to, its column in the tree pass, the token.
-    first_at: list[tuple[int, int, int]] = []
-    sizes: list[int] = []
-    owner, rest_at = [], []
     for b, s in enumerate(sequences):
-        n = len(s.token_ids)
-        ids[b, :n] = torch.tensor(s.token_ids)
-        attn[b, :n] = 1
-        offset = 0
-        for c in s.choices:
-            for tokens in c.candidates:
-                k = len(tokens)
-                block = slice(offset, offset + k)
-                cand[b, block] = torch.tensor(tokens)
-                positions[b, block] = c.prompt_len + torch.arange(k)
-                allowed[b, 0, block, : c.prompt_len] = True
-                allowed[b, 0, block, length + offset : length + offset + k] = torch.ones(k, k, dtype=torch.bool).tril()
-                first_at.append((b, c.prompt_len - 1, tokens[0]))
-                owner += [len(sizes)] * (k - 1)
-                rest_at += [(b, offset + i, tokens[i + 1]) for i in range(k - 1)]
-                sizes.append(k)
-                offset += k
-        pad = torch.arange(offset, width)
-        allowed[b, 0, pad, length + pad] = True  # padding attends to itself only, so every query has a key
-    keep = sorted({col for _, col, _ in first_at})
+        ids[b, : len(s.token_ids)] = torch.tensor(s.token_ids)
+        attn[b, : len(s.token_ids)] = 1
+    # Logits only where a candidate's first token is predicted: the last token of some choice's prefix.
+    keep = sorted({c.prompt_len - 1 for s in sequences for c in s.choices})
     column = {col: i for i, col in enumerate(keep)}
+    tree = [[branch for c in s.choices for branch in _branches(c, b, length, column)] for b, s in enumerate(sequences)]
     cache = DynamicCache()
-    cache_arg = {cache_kwarg(model): cache}
     first = model(input_ids=ids.to(device), attention_mask=attn.to(device), use_cache=True,
-                  logits_to_keep=torch.tensor(keep, device=device), **cache_arg).logits
-    rest = model(input_ids=cand.to(device), position_ids=positions.to(device), use_cache=True,
-                 attention_mask=attention_mask_4d(model, allowed.to(device)), **cache_arg).logits
-    # One gather each (indexing many slices would make the backward pass build a full-size gradient per slice).
-    f = torch.tensor([(b, column[col], t) for b, col, t in first_at], device=device)
-    scores = torch.log_softmax(first[f[:, 0], f[:, 1]].float(), -1).gather(1, f[:, 2:]).squeeze(1)
-    if rest_at:
-        r = torch.tensor(rest_at, device=device)
-        later = torch.log_softmax(rest[r[:, 0], r[:, 1]].float(), -1).gather(1, r[:, 2:]).squeeze(1)
-        scores = scores.index_add(0, torch.tensor(owner, device=device), later)
-    # Each choice's candidates as one row of a (choices, most candidates) table, -inf past its own.
+                  logits_to_keep=torch.tensor(keep, device=device), **{cache_kwarg(model): cache}).logits
+    scored = score_tree(model, cache, tree, first)
     choices = [(b, j, c) for b, s in enumerate(sequences) for j, c in enumerate(s.choices)]
-    most = max(len(c.candidates) for _, _, c in choices)
-    slot = []
-    for i, (_, _, c) in enumerate(choices):
-        slot += [i * most + m for m in range(len(c.candidates))]
-    sizes_t = torch.tensor(sizes, dtype=torch.float, device=device)
-    normalize = torch.tensor([c.length_normalize for _, _, c in choices for _ in c.candidates], device=device)
-    scores = torch.where(normalize, scores / sizes_t, scores)
-    table = torch.full((len(choices) * most,), float("-inf"), device=device).index_put(
-        (torch.tensor(slot, device=device),), scores).view(len(choices), most)
-    temperature = torch.tensor([c.temperature for _, _, c in choices], device=device)[:, None]
-    picked = torch.tensor([c.index for _, _, c in choices], device=device)[:, None]
-    chosen = torch.log_softmax(table / temperature, -1).gather(1, picked).squeeze(1)
+    chosen = _chosen_logprobs(scored.sums(), scored.sizes, [c for _, _, c in choices])
     rows = torch.tensor([b for b, _, _ in choices], device=device)
     cols = torch.tensor([j for _, j, _ in choices], device=device)
     logp = torch.zeros((batch, count), device=device).index_put((rows, cols), chosen)
@@ -152,6 +110,31 @@ def choice_logprobs(model: torch.nn.Module, sequences: Sequence[TrainSequence], 
         (rows, cols), torch.tensor([c.old_logprob for _, _, c in choices], device=device))
     mask = torch.zeros_like(logp, dtype=torch.bool).index_put((rows, cols), torch.ones_like(rows, dtype=torch.bool))
     return logp, old, mask
+
+
+def _chosen_logprobs(scores: torch.Tensor, sizes: Sequence[int], choices: Sequence[Choice]) -> torch.Tensor:
+    """``log pi(chosen)`` of each choice, from every candidate's summed token log-prob (in choice order).
+
+    ``pi = softmax(score / temperature)`` over a choice's candidates, ``score`` the mean token log-prob where
+    the choice says ``length_normalize``. The choices become the rows of one table, -inf past their own.
+    """
+    device = scores.device
+    most = max(len(c.candidates) for c in choices)
+    slot = [i * most + m for i, c in enumerate(choices) for m in range(len(c.candidates))]
+    sizes_t = torch.tensor(sizes, dtype=torch.float, device=device)
+    normalize = torch.tensor([c.length_normalize for c in choices for _ in c.candidates], device=device)
+    scores = torch.where(normalize, scores / sizes_t, scores)
+    table = torch.full((len(choices) * most,), float("-inf"), device=device).index_put(
+        (torch.tensor(slot, device=device),), scores).view(len(choices), most)
+    temperature = torch.tensor([c.temperature for c in choices], device=device)[:, None]
+    picked = torch.tensor([c.index for c in choices], device=device)[:, None]
+    return torch.log_softmax(table / temperature, -1).gather(1, picked).squeeze(1)
+
+
+def _branches(choice: Choice, row: int, length: int, column: dict[int, int]) -> list[Branch]:
+    """A choice's candidates as branches of row ``row``, after its prefix (the first ``prompt_len`` tokens)."""
+    prefix = torch.arange(length) < choice.prompt_len
+    return [Branch(ids, choice.prompt_len, prefix, (row, column[choice.prompt_len - 1])) for ids in choice.candidates]
 
 
 def micro_batches(sequences: Sequence[TrainSequence], max_tokens: int) -> Iterable[list[TrainSequence]]:
@@ -198,6 +181,19 @@ class PolicyGradient:
             return adv.broadcast(rewards, session_traj, normalize_std=c.normalize_std)
         return adv.mosaic(rewards, session_traj, contributions, lambda_use=c.lambda_use, beta=c.beta,
                           clip=c.adv_clip, normalize_std=c.normalize_std)
+
+    def session_advantages(self, group: Sequence[Trajectory], contributions: Sequence[np.ndarray] | None = None
+                           ) -> dict[tuple[int, int], float]:
+        """One group's advantages, keyed by session: ``(i, sid)`` is session ``sid`` of trajectory ``group[i]``.
+
+        ``contributions[i][sid]`` is that session's D (Mosaic, :mod:`algos.credit`). The session rows of
+        :meth:`advantages` are built here from the keys, in tree order (which the mapping keeps), so a learner
+        attaches an advantage to a session by its id, never by its place in a row count.
+        """
+        keys = [(i, sid) for i, t in enumerate(group) for sid in t.session_ids]
+        d = None if contributions is None else np.array([contributions[i][sid] for i, sid in keys])
+        values = self.advantages([t.reward for t in group], np.array([i for i, _ in keys]), d)
+        return dict(zip(keys, values.tolist()))
 
     # --- the update -------------------------------------------------------------------------------
     def update(self, sequences: Sequence[TrainSequence]) -> dict[str, float]:

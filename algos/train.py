@@ -161,7 +161,7 @@ def rl_iteration(config: TrainConfig, it: int, agent: LLMAgent, learner: PolicyG
     sequences, all_adv, contrib_abs = [], [], []
     for g in range(config.tasks_per_iter):
         group = [t for t in trajectories if t.group == g]
-        contributions = None
+        d = None
         if config.algo == "mosaic":
             if config.estimator == "rollout":
                 d = credit.rollout_contributions(group, collector, agent, config.continuations,
@@ -170,19 +170,14 @@ def rl_iteration(config: TrainConfig, it: int, agent: LLMAgent, learner: PolicyG
                 d = credit.likelihood_contributions(group, agent.model, agent.encode_action,
                                                     env.unwrapped.site.task(group[0].task_id).answer,
                                                     device=config.pg.device)
-            contributions = np.concatenate(d)
-            contrib_abs.append(float(np.abs(contributions).mean()))
-        session_traj = np.concatenate([np.full(t.num_sessions, i) for i, t in enumerate(group)])
-        values = learner.advantages([t.reward for t in group], session_traj, contributions)
-        row = 0
-        for t in group:
-            per_session = session_sequences(t)
-            for sid in range(t.num_sessions):
-                for s in per_session.get(sid, []):
-                    s.advantage = float(values[row])
-                    sequences.append(s)
-                row += 1
-        all_adv.append(values)
+            contrib_abs.append(float(np.abs(np.concatenate(d)).mean()))
+        advantage = learner.session_advantages(group, d)  # (trajectory, session id) -> A_s
+        for i, t in enumerate(group):
+            for sid, per_session in session_sequences(t).items():
+                for s in per_session:
+                    s.advantage = advantage[(i, sid)]
+                sequences += per_session
+        all_adv.append(np.array(list(advantage.values())))
     stats = learner.update(sequences)
     adv_all = np.concatenate(all_adv)
     return {

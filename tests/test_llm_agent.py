@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import doctest
+import importlib
+
 import pytest
 import torch
 
-from agents.llm import AgentStep, LLMAgent, pack_session, tool_call_complete
+from agents.llm import LLMAgent, tool_call_complete
+from agents.records import AgentStep, pack_session
 from agents.models import build_tiny_model, train_tokenizer
 from envs.prompts import render_transcript
 
@@ -62,14 +66,22 @@ def _reference_logprobs(model, step: AgentStep) -> torch.Tensor:
     return torch.log_softmax(logits[n - 1 : -1], -1).gather(1, torch.tensor(step.gen_ids)[:, None]).squeeze(1)
 
 
+def _acted(agent, observation: str, info) -> tuple[str, AgentStep]:
+    """One env's action, and the step record the agent returned with it."""
+    (action,), (step,) = agent.act_batch_recorded([observation], [info])
+    return action, step
+
+
 def _run_sessions(agent, questions, steps, result=lambda k: f"[Result {k}]\n1. Edra Vane /wiki/Edra_Vane"):
     """Drive one session per env for ``steps`` steps, appending each action and a tool result like the env does."""
     turns = [[] for _ in questions]
     history = []
     for k in range(steps):
         messages = [_messages(q, t) for q, t in zip(questions, turns)]
-        actions = agent.act_batch([render_transcript(m) for m in messages], [_info(m) for m in messages])
-        history.append(list(agent.last_steps))
+        actions, steps = agent.act_batch_recorded([render_transcript(m) for m in messages],
+                                                  [_info(m) for m in messages])
+        assert [s.text for s in steps] == actions
+        history.append(steps)
         for t, action in zip(turns, actions):
             t.append((action, result(k)))
     return history
@@ -154,10 +166,10 @@ def test_rewritten_history_is_recomputed_from_scratch(tiny):
     messages = _messages("where was Edra Vane born?", [("open(1)", "[Page]\nEdra Vane was born in Oskarde.")])
     agent.act(render_transcript(messages), _info(messages))
     rewritten = _messages("where was Edra Vane born?", [("open(2)", "[Page]\nEdra Vane was born in Oskarde.")])
-    action = agent.act(render_transcript(rewritten), _info(rewritten))
+    action, step = _acted(agent, render_transcript(rewritten), _info(rewritten))
     fresh = LLMAgent(model, tokenizer, temperature=0, max_new_tokens=8)
     assert action == fresh.act(render_transcript(rewritten), _info(rewritten))
-    assert agent.last_steps[0].prompt_ids == tokenizer.encode(render_transcript(rewritten))
+    assert step.prompt_ids == tokenizer.encode(render_transcript(rewritten))
 
 
 def test_reuse_stops_where_the_env_context_departs_from_the_agents_output(tiny):
@@ -169,11 +181,10 @@ def test_reuse_stops_where_the_env_context_departs_from_the_agents_output(tiny):
     first = agent.act(render_transcript(messages), _info(messages))
     assert agent.act(render_transcript(messages), _info(messages)) == first
     edited = _messages("where was Edra Vane born?", [(first + " ", "[Result]\n1. Oskarde /wiki/Oskarde")])
-    agent.act(render_transcript(edited), _info(edited))
-    step = agent.last_steps[0]
+    _, step = _acted(agent, render_transcript(edited), _info(edited))
     fresh = LLMAgent(model, tokenizer, temperature=0, max_new_tokens=8)
-    fresh.act(render_transcript(edited), _info(edited))
-    assert step.prompt_ids == fresh.last_steps[0].prompt_ids and step.gen_ids == fresh.last_steps[0].gen_ids
+    _, fresh_step = _acted(fresh, render_transcript(edited), _info(edited))
+    assert step.prompt_ids == fresh_step.prompt_ids and step.gen_ids == fresh_step.gen_ids
     torch.testing.assert_close(step.logprobs, _reference_logprobs(model, step), atol=1e-4, rtol=0)
 
 
@@ -187,15 +198,15 @@ def test_eos_ends_the_output_and_is_left_out_of_the_action(tiny):
         agent = LLMAgent(model, tokenizer, temperature=0, max_new_tokens=8)
     finally:
         model.generation_config.eos_token_id = saved
-    assert agent.act(render_transcript(messages), _info(messages)) == ""
-    first = agent.last_steps[0]
+    action, first = _acted(agent, render_transcript(messages), _info(messages))
+    assert action == ""
     assert first.gen_ids == [first_token]
     after = _messages("where was Edra Vane born?", [("", "[Error] no tool call found")])
-    agent.act(render_transcript(after), _info(after))
-    second = agent.last_steps[0]
+    _, second = _acted(agent, render_transcript(after), _info(after))
     # The eos was generated but is not in the context that follows, so the session packs into two sequences.
     assert second.prompt_ids[: len(first.prompt_ids)] == first.prompt_ids
-    assert [p.steps for p in pack_session([first, second])] == [[0], [1]]
+    packed = pack_session([first, second])
+    assert [p.token_ids for p in packed] == [first.prompt_ids + first.gen_ids, second.prompt_ids + second.gen_ids]
     torch.testing.assert_close(second.logprobs, _reference_logprobs(model, second), atol=1e-4, rtol=0)
 
 
@@ -208,14 +219,12 @@ def test_a_fork_keeps_its_parents_cache(tiny):
     steps = {}
     for reuse in (True, False):
         agent = LLMAgent(model, tokenizer, temperature=0, max_new_tokens=8, reuse_kv=reuse)
-        first = agent.act(render_transcript(parent), _info(parent, 0))
-        parent_step = agent.last_steps[0]
+        first, parent_step = _acted(agent, render_transcript(parent), _info(parent, 0))
         child_action = agent.act(render_transcript(child), _info(child, 1))
         child_more = child + [{"role": "assistant", "content": child_action}, {"role": "user", "content": "ok"}]
         agent.act(render_transcript(child_more), _info(child_more, 1))
         resumed = parent + [{"role": "assistant", "content": first}, {"role": "user", "content": result_text}]
-        agent.act(render_transcript(resumed), _info(resumed, 0))
-        steps[reuse] = (parent_step, agent.last_steps[0])
+        steps[reuse] = (parent_step, _acted(agent, render_transcript(resumed), _info(resumed, 0))[1])
     (parent_step, resumed_step), (_, recomputed_step) = steps[True], steps[False]
     assert resumed_step.prompt_ids[: len(parent_step.prompt_ids)] == parent_step.prompt_ids
     assert resumed_step.gen_ids == recomputed_step.gen_ids
@@ -229,10 +238,10 @@ def test_reset_drops_the_caches(tiny):
     agent.act_batch([render_transcript(messages)] * 2, [_info(messages)] * 2)
     agent.reset(0)
     fed, handle = _count_fed_tokens(model)
-    agent.act_batch([render_transcript(messages)] * 2, [_info(messages)] * 2)
+    _, steps = agent.act_batch_recorded([render_transcript(messages)] * 2, [_info(messages)] * 2)
     handle.remove()
     # Env 0 re-reads its whole prompt; env 1 re-feeds only its last token.
-    assert fed[0] == 2 * len(agent.last_steps[0].prompt_ids)
+    assert fed[0] == 2 * len(steps[0].prompt_ids)
     agent.reset()
     assert not agent._sessions
 
@@ -247,11 +256,11 @@ def test_caches_follow_env_index_when_the_batch_shrinks(tiny):
     grown = [m + [{"role": "assistant", "content": a}, {"role": "user", "content": "ok"}]
              for m, a in zip(sessions, actions)]
     fed, handle = _count_fed_tokens(model)
-    agent.act_batch([render_transcript(grown[2])], [_info(grown[2], env_index=2)])
+    (action,) = agent.act_batch([render_transcript(grown[2])], [_info(grown[2], env_index=2)])
     handle.remove()
     assert fed[0] < 10  # only the new turn, not the whole context of env 2
     fresh = LLMAgent(model, tokenizer, temperature=0, max_new_tokens=4)
-    assert agent.last_steps[0].text == fresh.act(render_transcript(grown[2]), _info(grown[2]))
+    assert action == fresh.act(render_transcript(grown[2]), _info(grown[2]))
 
 
 def test_same_seed_same_actions(tiny):
@@ -272,8 +281,7 @@ def test_choose_scores_candidates_by_likelihood(tiny):
     candidates = ['search("Edra Vane")', 'search("Tolis Marr")', "open(3)", 'answer("Oskarde")', "scroll(\"down\")"]
     info = _info(messages, candidates=candidates)
     agent = LLMAgent(model, tokenizer, mode="choose", temperature=1.0, seed=0)
-    action = agent.act(render_transcript(messages), info)
-    step = agent.last_steps[0]
+    action, step = _acted(agent, render_transcript(messages), info)
     assert action == candidates[step.choice] and step.text == action
     assert float(step.choice_probs.sum()) == pytest.approx(1.0, abs=1e-9)
     likelihoods = []
@@ -296,8 +304,8 @@ def test_choose_batches_envs_and_small_score_budgets_agree(tiny):
     probs = []
     for budget in (1 << 16, 40):
         agent = LLMAgent(model, tokenizer, mode="choose", length_normalize=True, max_score_tokens=budget)
-        agent.act_batch(observations, infos)
-        probs.append([s.choice_probs for s in agent.last_steps])
+        _, steps = agent.act_batch_recorded(observations, infos)
+        probs.append([s.choice_probs for s in steps])
     for a, b in zip(*probs):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
 
@@ -316,13 +324,14 @@ def test_pack_session_rebuilds_one_sequence_with_generated_tokens_masked(tiny):
     steps = [h[0] for h in history]
     (packed,) = pack_session(steps)
     last = steps[-1]
-    assert packed.ids == last.prompt_ids + last.gen_ids and packed.steps == [0, 1, 2]
-    masked = [j for j, m in enumerate(packed.loss_mask) if m]
-    assert [packed.ids[j] for j in masked] == [t for s in steps for t in s.gen_ids]
+    assert packed.token_ids == last.prompt_ids + last.gen_ids and packed.choices == []
+    masked = [j for j, m in enumerate(packed.gen_mask) if m]
+    assert [packed.token_ids[j] for j in masked] == [t for s in steps for t in s.gen_ids]
     with torch.no_grad():
-        logits = model(torch.tensor([packed.ids])).logits[0].float()
-    fresh = torch.log_softmax(logits[:-1], -1).gather(1, torch.tensor(packed.ids[1:])[:, None]).squeeze(1)
-    torch.testing.assert_close(packed.logprobs[masked], fresh[[j - 1 for j in masked]], atol=1e-4, rtol=0)
+        logits = model(torch.tensor([packed.token_ids])).logits[0].float()
+    fresh = torch.log_softmax(logits[:-1], -1).gather(1, torch.tensor(packed.token_ids[1:])[:, None]).squeeze(1)
+    torch.testing.assert_close(torch.tensor(packed.old_logprobs)[masked], fresh[[j - 1 for j in masked]],
+                               atol=1e-4, rtol=0)
 
 
 def test_record_tokenizes_like_choosing_the_forced_action(tiny):
@@ -334,9 +343,13 @@ def test_record_tokenizes_like_choosing_the_forced_action(tiny):
     for k, action in enumerate(actions):
         messages = _messages("where was Edra Vane born?", turns)
         obs = render_transcript(messages)
-        recorded.record([obs], [_info(messages)], [action])
-        chosen.act(obs, _info(messages, candidates=[action]))
-        a, b = recorded.last_steps[0], chosen.last_steps[0]
+        (a,) = recorded.record([obs], [_info(messages)], [action])
+        _, b = _acted(chosen, obs, _info(messages, candidates=[action]))
         assert (a.prompt_ids, a.gen_ids, a.text) == (b.prompt_ids, b.gen_ids, b.text)
         turns.append((action, f"[Result {k}]"))
-    assert len(pack_session([recorded.last_steps[0]])) == 1
+    assert len(pack_session([a])) == 1
+
+
+@pytest.mark.parametrize("module", ["agents.base", "agents.records", "agents.lm", "agents.llm"])
+def test_docstring_examples_run(module):
+    assert doctest.testmod(importlib.import_module(module)).failed == 0

@@ -123,11 +123,10 @@ def test_smollm2_loads_offline_and_keeps_its_chat_template_append_only():
     assert tokenizer.chat_template
     agent = LLMAgent(model, tokenizer, temperature=0, max_new_tokens=3)
     messages = [{"role": "system", "content": "Call one tool."}, {"role": "user", "content": "Question: Oskarde?"}]
-    first_action = agent.act(render_transcript(messages), {"session_id": 0, "messages": messages})
-    first = agent.last_steps[0]
+    (first_action,), (first,) = agent.act_batch_recorded([render_transcript(messages)],
+                                                         [{"session_id": 0, "messages": messages}])
     messages += [{"role": "assistant", "content": first_action}, {"role": "user", "content": "[No results]"}]
-    agent.act(render_transcript(messages), {"session_id": 0, "messages": messages})
-    second = agent.last_steps[0]
+    _, (second,) = agent.act_batch_recorded([render_transcript(messages)], [{"session_id": 0, "messages": messages}])
     # The template only appends, so the second step reuses the first step's tokens and cache.
     assert second.prompt_ids[: len(first.prompt_ids) + len(first.gen_ids)] == first.prompt_ids + first.gen_ids
     with torch.no_grad():

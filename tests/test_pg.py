@@ -14,11 +14,13 @@ import torch
 
 import algos.pg
 import envs  # noqa: F401  (registers the environments)
+from agents.base import Agent, RecordingAgent
 from agents.llm import LLMAgent
 from agents.models import build_tiny_model, train_tokenizer
+from agents.records import AgentStep
 from algos.config import PGConfig, TrainConfig
 from algos.pg import PolicyGradient, micro_batches, sequence_logprobs
-from algos.rollout import Collector, Request, TrainSequence, session_sequences
+from algos.rollout import Collector, Request, TrainSequence, Trajectory, session_sequences
 from conftest import SITE_SIZE
 
 TEXTS = ['Question: where was Edra Vane born? search("Edra Vane") open(1) answer("Oskarde")',
@@ -283,6 +285,48 @@ def test_dr_grpo_flag_of_the_command_line_reaches_the_learner_config():
     config = config_from_args(build_parser().parse_args(["train", "--dr-grpo", "--algo", "broadcast"]))
     assert config.pg.normalize_std is False and config.pg.advantage == "broadcast"
     assert TrainConfig(algo="mosaic", pg={"normalize_std": False}).pg.normalize_std is False
+
+
+# The handoff: step records come back from the agent, advantages go to sessions by id --------------------------------
+
+
+class _Recorder(RecordingAgent):
+    """Answers at once and returns a made-up step record per env (no model): what a collector must keep."""
+
+    def act_batch_recorded(self, observations, infos):
+        steps = [AgentStep(i["session_id"], [1, 2], [3], torch.tensor([-0.5]), 'answer("x")') for i in infos]
+        return [s.text for s in steps], steps
+
+
+class _Unrecorded(Agent):
+    """Not a recording agent: an attribute that looks like records is not a handoff."""
+
+    last_steps = [AgentStep(0, [9], [9], torch.tensor([0.0]), "not a record")]
+
+    def act(self, observation, info):
+        return 'answer("x")'
+
+
+def test_a_collector_keeps_the_steps_a_recording_agent_returns_and_only_those():
+    make = lambda: gym.make("mosaic/WebQA-v0", site_size=SITE_SIZE, hops=1)  # noqa: E731
+    requests = [Request(seed=s, options={}) for s in range(2)]
+    recorded = Collector(make, 2).run(_Recorder(), requests)
+    assert [list(t.steps) for t in recorded] == [[0], [0]] and recorded[0].steps[0][0].gen_ids == [3]
+    (seq,) = session_sequences(recorded[0])[0]
+    assert (seq.token_ids, seq.gen_mask, seq.old_logprobs) == ([1, 2, 3], [False, False, True], [0.0, 0.0, -0.5])
+    assert [t.steps for t in Collector(make, 2).run(_Unrecorded(), requests)] == [{}, {}]
+
+
+def test_session_advantages_are_keyed_by_trajectory_and_session(model):
+    tree = lambda n: {"sessions": [{"id": k} for k in range(n)]}  # noqa: E731
+    group = [Trajectory(0, "t", 8, reward, tree(n)) for reward, n in ((1.0, 2), (0.0, 1), (1.0, 3))]
+    d = [np.array([0.5, -0.5]), np.array([0.0]), np.array([0.2, 0.1, -0.3])]
+    pg = PolicyGradient(model, PGConfig(advantage="mosaic"))
+    keyed = pg.session_advantages(group, d)
+    rows = pg.advantages([1.0, 0.0, 1.0], [0, 0, 1, 2, 2, 2], np.concatenate(d))
+    assert list(keyed) == [(0, 0), (0, 1), (1, 0), (2, 0), (2, 1), (2, 2)]
+    assert list(keyed.values()) == rows.tolist()
+    assert keyed[(0, 0)] != keyed[(0, 1)]  # Mosaic tells a trajectory's sessions apart
 
 
 # Old log-probs match what the sampler saw ---------------------------------------------------------------------------

@@ -81,7 +81,7 @@ def rollout(agent: LLMAgent, envs_: list[gym.Env], snapshots: list[Any], steps: 
     prompts: list[list[list[int]]] = []
     for step in range(steps + int(warm)):
         t0 = time.perf_counter()
-        actions = agent.act_batch(observations, infos)
+        actions, recorded = agent.act_batch_recorded(observations, infos)
         t1 = time.perf_counter()
         for i, (env, action) in enumerate(zip(envs_, actions)):
             observations[i], _, terminated, truncated, infos[i] = env.step(action)
@@ -93,9 +93,9 @@ def rollout(agent: LLMAgent, envs_: list[gym.Env], snapshots: list[Any], steps: 
             continue
         agent_s += t1 - t0
         env_s += t2 - t1
-        tokens += sum(len(s.gen_ids) for s in agent.last_steps)
-        prompt_tokens += sum(len(s.prompt_ids) for s in agent.last_steps)
-        prompts.append([s.prompt_ids for s in agent.last_steps])
+        tokens += sum(len(s.gen_ids) for s in recorded)
+        prompt_tokens += sum(len(s.prompt_ids) for s in recorded)
+        prompts.append([s.prompt_ids for s in recorded])
     calls = steps * len(envs_)
     return {
         "tokens": tokens,

@@ -1,0 +1,153 @@
+"""Language-model helpers shared by the agent that acts and the learner that trains it.
+
+:class:`agents.llm.LLMAgent` scores choose-mode candidates with :func:`score_tree` (no gradient) and
+:func:`algos.pg.choice_logprobs` re-scores them with it (with gradient): one scorer, so the policy a learner
+trains is the one the agent sampled from by construction, not by a test keeping two copies equal.
+
+- :func:`cache_kwarg`: the forward argument that takes a KV cache, whatever the Transformers version.
+- :func:`attention_mask_4d`: a custom ``(batch, 1, query, key)`` mask in the form the model's attention takes.
+- :func:`score_tree`: the token log-probs of many candidate continuations in one tree-masked pass over a cache.
+
+Example:
+    >>> import torch
+    >>> from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
+    >>> model = LlamaForCausalLM(LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32,
+    ...     num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2)).eval()
+    >>> prompt, candidates = [1, 5, 6], [[7, 8], [9]]
+    >>> cache = DynamicCache()
+    >>> logits = model(torch.tensor([prompt]), use_cache=True, **{cache_kwarg(model): cache}).logits
+    >>> seen = torch.ones(len(prompt), dtype=torch.bool)
+    >>> branches = [[Branch(ids, start=len(prompt), visible=seen, prefix=(0, len(prompt) - 1)) for ids in candidates]]
+    >>> scores = score_tree(model, cache, branches, logits)
+    >>> alone = model(torch.tensor([prompt + [7, 8]])).logits.log_softmax(-1)
+    >>> bool(torch.allclose(scores.per_branch()[0], alone[0, [2, 3], [7, 8]], atol=1e-5)), scores.sizes
+    (True, [2, 1])
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
+
+import torch
+
+if TYPE_CHECKING:
+    from transformers import DynamicCache, PreTrainedModel
+
+
+def cache_kwarg(model: PreTrainedModel) -> str:
+    """The forward argument that takes a cache: Transformers renamed ``past_key_values`` to ``cache`` during v5."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def attention_mask_4d(model: PreTrainedModel, allowed: torch.Tensor) -> torch.Tensor:
+    """A custom ``(batch, 1, query, key)`` mask as ``model``'s attention takes it (bool for SDPA, additive else)."""
+    if getattr(model.config, "_attn_implementation", "sdpa") == "sdpa":
+        return allowed
+    dtype = next(model.parameters()).dtype
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(~allowed, torch.finfo(dtype).min)
+
+
+@dataclass(frozen=True)
+class Branch:
+    """One candidate continuation in a tree pass: its tokens, and the prefix of its cache row it follows.
+
+    Attributes:
+        ids: the candidate's token ids (at least one).
+        start: the position id of its first token: the length of the prefix it follows.
+        visible: bool over the cache's columns, True at the prefix's keys (the acting agent's cache rows
+            have padding between cached and new tokens, so a prefix need not be the first ``start`` columns).
+        prefix: the index, into the logits given to :func:`score_tree`, of the logits that predict ``ids[0]``
+            (those of the prefix's last token, computed by the pass that filled the cache).
+    """
+
+    ids: list[int]
+    start: int
+    visible: torch.Tensor
+    prefix: tuple[int, ...]
+
+
+@dataclass
+class TreeScores:
+    """The token log-probs of every branch of a tree pass, branch by branch (row by row, in order).
+
+    Attributes:
+        first: ``(branches,)``, ``log p(ids[0] | prefix)`` of each branch.
+        rest: ``log p(ids[k] | prefix, ids[:k])`` for ``k >= 1``, the branches' tokens one after another.
+        owner: ``(len(rest),)``, the branch each entry of ``rest`` belongs to.
+        sizes: each branch's number of tokens.
+    """
+
+    first: torch.Tensor
+    rest: torch.Tensor
+    owner: torch.Tensor
+    sizes: list[int]
+
+    def sums(self) -> torch.Tensor:
+        """Each branch's summed token log-prob, ``(branches,)``, in two ops (cheap to backpropagate)."""
+        return self.first.index_add(0, self.owner, self.rest) if len(self.rest) else self.first
+
+    def per_branch(self) -> list[torch.Tensor]:
+        """Each branch's token log-probs, ``[first, *rest of its own]``."""
+        later = torch.split(self.rest, [n - 1 for n in self.sizes])
+        return [torch.cat([self.first[b : b + 1], own]) for b, own in enumerate(later)]
+
+
+def score_tree(model: PreTrainedModel, cache: DynamicCache, rows: Sequence[Sequence[Branch]],
+               prefix_logits: torch.Tensor, pad_id: int = 0) -> TreeScores:
+    """Token log-probs of candidate continuations, every candidate of a cache row in one pass over that row.
+
+    Row ``r`` of the pass continues row ``r`` of ``cache`` (the prefixes' keys and values, ``past`` columns)
+    with its branches laid side by side: a branch's token attends to the keys its ``visible`` marks and to its
+    own branch's earlier tokens only, at the positions it would have right after its prefix. So no branch
+    copies its prefix's keys and values, and all of a row's candidates cost one pass. A branch's first token
+    is scored by ``prefix_logits[branch.prefix]``, the rest by the tree pass. Gradients flow where the inputs
+    carry them (the learner's); the cache grows by the pass's columns.
+    """
+    device = prefix_logits.device
+    input_ids, positions, allowed, owner, rest_at = _tree_inputs(rows, pad_id)
+    logits = model(input_ids=input_ids.to(device), attention_mask=attention_mask_4d(model, allowed.to(device)),
+                   position_ids=positions.to(device), use_cache=True, **{cache_kwarg(model): cache}).logits
+    branches = [b for row in rows for b in row]
+    # One gather each (indexing many slices would make the backward pass build a full-size gradient per slice).
+    at = torch.tensor([b.prefix for b in branches], device=device)
+    first_ids = torch.tensor([[b.ids[0]] for b in branches], device=device)
+    first = torch.log_softmax(prefix_logits[tuple(at.T)].float(), -1).gather(1, first_ids).squeeze(1)
+    rest = first.new_zeros(0)
+    if rest_at:
+        later = torch.tensor(rest_at, device=device)
+        rest = torch.log_softmax(logits[later[:, 0], later[:, 1]].float(), -1).gather(1, later[:, 2:]).squeeze(1)
+    owner_t = torch.tensor(owner, dtype=torch.long, device=device)
+    return TreeScores(first, rest, owner_t, [len(b.ids) for b in branches])
+
+
+def _tree_inputs(rows: Sequence[Sequence[Branch]], pad_id: int
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[int], list[tuple[int, int, int]]]:
+    """The tree pass's input ids, position ids and ``(rows, 1, width, past + width)`` mask; and, per token
+    after a branch's first, its branch (``owner``) and its ``(row, column, token)`` in the pass (``rest_at``)."""
+    past = next(b for row in rows for b in row).visible.shape[0]
+    width = max(sum(len(b.ids) for b in row) for row in rows)
+    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    positions = torch.zeros((len(rows), width), dtype=torch.long)
+    allowed = torch.zeros((len(rows), 1, width, past + width), dtype=torch.bool)
+    owner: list[int] = []
+    rest_at: list[tuple[int, int, int]] = []
+    index = 0
+    for r, row in enumerate(rows):
+        offset = 0
+        for branch in row:
+            n = len(branch.ids)
+            block = slice(offset, offset + n)
+            input_ids[r, block] = torch.tensor(branch.ids)
+            positions[r, block] = branch.start + torch.arange(n)
+            allowed[r, 0, block, :past] = branch.visible
+            allowed[r, 0, block, past + offset : past + offset + n] = torch.ones(n, n, dtype=torch.bool).tril()
+            # Query offset+k predicts the branch's token k+1 (the prefix's logits predict token 0).
+            owner += [index] * (n - 1)
+            rest_at += [(r, offset + k, branch.ids[k + 1]) for k in range(n - 1)]
+            index += 1
+            offset += n
+        pad = torch.arange(offset, width)
+        allowed[r, 0, pad, past + pad] = True  # padding attends to itself only, so every query has a key
+    return input_ids, positions, allowed, owner, rest_at
