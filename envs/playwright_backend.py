@@ -5,7 +5,7 @@ overrides the path) browses a fixed fake origin, :data:`ORIGIN`, and every reque
 this process: requests to the origin are answered from ``site.render(path_with_query)`` (a 404 page when the
 site has no such page); requests anywhere else, WebSockets included, are refused and recorded in
 ``backend.blocked_requests``. ``view(url)`` navigates to ``ORIGIN + url``, waits for the document's ``load``
-event (so its scripts, ``onload`` handlers included, have run), serialises the live DOM
+event (so its scripts, if on, ``onload`` handlers included, have run), serialises the live DOM
 (``document.documentElement.outerHTML``) and converts it with the one converter both backends share,
 :func:`envs.web.browser.html_to_view`, with the url as the text backend sees it.
 
@@ -21,9 +21,26 @@ cookie or storage outlives its episode. The browser closes with the last backend
 sync objects belong to the thread that started them: use one process per worker, e.g.
 ``gym.make_vec(id, n, vectorization_mode="async", backend="playwright")``, never threads.
 
-Faults: if Chromium dies, the next ``view`` starts it again and retries once (the episode goes on in a fresh
-context); if that fails too it raises :class:`~envs.backends.BrowserCrashed`, which the env turns into
-truncation with reason ``"browser_crashed"``.
+Isolation: Chromium reaches nothing outside this process. Besides interception, every host name resolves to
+nothing (``--host-resolver-rules``, IP literals included), so what interception never sees
+(``<link rel=preconnect>``, DNS prefetch, WebRTC, Chromium's own calls home) opens no socket, and Chromium's
+background services are off. Page scripts are off unless ``javascript=True`` (the env's
+``browser_javascript=True``); with them on, each view opens its page in a fresh tab and closes it once read,
+so that a page's scripts end with its step. A navigation away from the site (a meta refresh, a script, a
+submitted form) is refused and leaves the page where it was; a page that still gets away (to ``about:blank``,
+say) is shown as the site serves it, without its scripts, under a note ``[blocked navigation to ...]``. Never
+a browser error page.
+
+Time: every call into the browser is bounded. A page may keep the browser busy for
+:attr:`PlaywrightBackend.timeout_s` (:data:`TIMEOUT_S` unless set; Chromium's start is not counted). Past it
+the browser is killed and the view raises :class:`~envs.backends.BrowserTimeout`, an action error: the env
+shows it to the agent, the episode goes on, and the next view starts a fresh browser.
+
+Faults: if Chromium (or any of its processes) dies, whether between calls or during one, the call starts it
+again in a fresh context and tries again, twice at most, each try with its own ``timeout_s`` (and
+:data:`GRACE_S` more for a Playwright call that outlives its browser: then Playwright's driver is restarted
+too). ``new_episode`` never raises for the browser's sake; a ``view`` whose tries all fail raises
+:class:`~envs.backends.BrowserCrashed`, which the env turns into truncation with reason ``"browser_crashed"``.
 
 Example:
     >>> from envs.web import load_site
@@ -37,6 +54,7 @@ Example:
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import logging
 import os
@@ -44,8 +62,10 @@ import re
 import shutil
 import signal
 import threading
+import time
 import urllib.parse
 from dataclasses import dataclass
+from typing import Iterator
 
 from playwright.sync_api import Browser, BrowserContext, Page, Playwright, Route, WebSocketRoute, sync_playwright
 from playwright.sync_api import Error as PlaywrightError
@@ -67,7 +87,8 @@ CHROMIUM_ARGS = (
     # the network stack, and interception answers the site's requests before they reach it. This also stops
     # what interception never sees: <link rel=preconnect>, DNS prefetch, and Chromium's own calls home.
     "--host-resolver-rules=MAP * ~NOTFOUND",
-    # WebRTC sends UDP without asking the resolver or the interception; allow it no UDP at all.
+    # WebRTC opens sockets of its own, which interception never sees: no UDP at all (STUN to an IP literal
+    # needs no resolver), and its TCP only through a proxy, of which there is none.
     "--webrtc-ip-handling-policy=disable_non_proxied_udp",
     # Nothing to fetch for Chromium itself: no updates, sync, hyperlink-auditing pings, error reports, or the
     # Google account and API endpoints the Debian build has keys for.
@@ -85,6 +106,16 @@ CHROMIUM_DEFAULT_ARGS_DROPPED = ("--disable-popup-blocking",)
 # How long one page (or one new episode) may keep the browser busy: generous for one page of a local site
 # even on a loaded machine; a page that takes longer is stuck, e.g. in a script that never ends.
 TIMEOUT_S = 10.0
+# Starting Chromium is not the page's doing and takes seconds on a loaded machine: it has its own bound, which
+# Playwright enforces itself (it kills the process it started), and does not count against TIMEOUT_S.
+LAUNCH_TIMEOUT_S = 60.0
+# How long a call may outlive its killed browser before Playwright's driver is killed too (see _Deadline): the
+# call normally fails within milliseconds of the kill.
+GRACE_S = 1.0
+# Tries of one view before the episode is given up as "browser_crashed". One retry covers a browser that died
+# since the last call; a second covers its dying again during that retry (two faults in one call: a browser
+# that died between calls, then again while the call started it anew).
+VIEW_ATTEMPTS = 3
 _NOT_FOUND = ('<!DOCTYPE html><html><head><meta charset="utf-8"><title>Not found</title></head>'
               "<body><h1>Not found</h1><p>There is no page at this address.</p></body></html>")
 _HTML = "text/html; charset=utf-8"
@@ -98,6 +129,11 @@ _DOM_AFTER_LOAD = """() => new Promise(done => {
     if (document.readyState === "complete") serialize();
     else addEventListener("load", serialize, {once: true});
 })"""
+# With scripts off, Chromium runs no event listener, the one above included: Playwright waits for the load
+# event instead (it watches the page from outside), then this reads the DOM.
+_DOM_NOW = "() => document.documentElement.outerHTML"
+# Where a page that left the site is shown (see PlaywrightBackend._left_site).
+_BLOCKED_NOTE = "[blocked navigation to {}: the page tried to leave the site; shown as served, without scripts]"
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +172,9 @@ class _SharedBrowser:
     pid: int = 0
     thread: int = 0
     users: int = 0
-    # Changes with every launch (and fork), so a backend can tell its context belongs to a browser gone by.
+    driver_pid: int = 0  # Playwright's driver process (0: none, or not found)
+    # Changes with every launch and close (and fork), so a backend can tell its context belongs to a browser
+    # gone by.
     generation: int = 0
 
 
@@ -161,19 +199,25 @@ def _adopt() -> _SharedBrowser:
     return _shared
 
 
-def _browser(executable: str, timeout_s: float) -> Browser:
-    """The shared browser, launched now if there is none or it died."""
+def _browser(executable: str) -> Browser:
+    """The shared browser, launched now if there is none or it died (with Playwright's driver, if that died)."""
     shared = _adopt()
-    if shared.browser is not None and shared.browser.is_connected():
+    if shared.browser is not None and shared.browser.is_connected() and _alive(shared.driver_pid):
         return shared.browser
     _close_browser()
+    if shared.playwright is not None and not _alive(shared.driver_pid):
+        _forget_playwright()
     if shared.playwright is None:
+        before = _drivers()
         shared.playwright = sync_playwright().start()
+        started = _drivers() - before
+        shared.driver_pid = started.pop() if len(started) == 1 else 0
     try:
-        shared.browser = shared.playwright.chromium.launch(
-            executable_path=executable, headless=True, args=list(CHROMIUM_ARGS),
-            ignore_default_args=list(CHROMIUM_DEFAULT_ARGS_DROPPED), timeout=_backup_timeout_ms(timeout_s),
-        )
+        with _Deadline.paused():
+            shared.browser = shared.playwright.chromium.launch(
+                executable_path=executable, headless=True, args=list(CHROMIUM_ARGS),
+                ignore_default_args=list(CHROMIUM_DEFAULT_ARGS_DROPPED), timeout=LAUNCH_TIMEOUT_S * 1000,
+            )
     except PlaywrightError as err:
         raise BrowserCrashed(
             f"Chromium at {executable} did not start: {err}. Check that `{executable} --headless --no-sandbox "
@@ -184,12 +228,24 @@ def _browser(executable: str, timeout_s: float) -> Browser:
 
 
 def _close_browser() -> None:
+    """Close the shared browser (if any) and forget it; every backend's context goes with it."""
     browser, _shared.browser = _shared.browser, None
     if browser is not None:
+        _shared.generation += 1  # so that no backend tries its old context (or page) first
         try:
             browser.close()
         except PlaywrightError:
             pass  # already gone: a crashed browser has nothing left to close
+
+
+def _forget_playwright() -> None:
+    """Stop Playwright (its driver died or was killed) so that the next browser comes with a new driver."""
+    playwright, _shared.playwright, _shared.driver_pid = _shared.playwright, None, 0
+    if playwright is not None:
+        try:
+            playwright.stop()
+        except Exception as err:  # a dead driver may fail in any way; there is nothing left to stop
+            log.debug("stopping a dead Playwright driver: %s", err)
 
 
 def _shutdown() -> None:
@@ -198,13 +254,44 @@ def _shutdown() -> None:
         return
     with _Deadline(TIMEOUT_S):
         _close_browser()
-    playwright, _shared.playwright = _shared.playwright, None
-    if playwright is not None:
-        playwright.stop()
+    _forget_playwright()
     _shared.pid = 0  # nothing is left to own: the next backend may start afresh in any thread
 
 
 atexit.register(_shutdown)
+
+
+def _drivers() -> set[int]:
+    """The Playwright drivers this process runs (its child processes running ``run-driver``)."""
+    found = set()
+    for pid, parent in child_processes("").items():
+        if parent == os.getpid():
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if b"run-driver" in f.read().split(b"\0"):
+                        found.add(pid)
+            except OSError:
+                continue
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie does not); ``True`` for 0, an unknown process."""
+    if not pid:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _kill(pids) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass  # it ended on its own meanwhile
 
 
 def _backup_timeout_ms(timeout_s: float) -> int:
@@ -218,32 +305,84 @@ class _Deadline:
 
     Playwright's timeouts do not cover every call (``page.evaluate`` has none), and a page stuck in a script
     never answers one. Once the browser is killed, whatever call waits on it fails at once; :attr:`expired`
-    tells that failure from a crash, and the next call launches a fresh browser.
+    tells that failure from a crash, and the next call launches a fresh browser. The watch runs in its own
+    thread, which only sends signals: Playwright's objects stay in the thread that made them.
+
+    Some calls outlive their browser: a ``new_page`` whose browser (or renderer) dies under it never returns,
+    however the browser ends. If the call is still waiting :data:`GRACE_S` after the kill, the watch kills
+    Playwright's driver too, which fails every call waiting on it; the next browser comes with a new driver.
+
+    :meth:`paused` stops the clock while Chromium starts (Playwright bounds that itself), so that a slow start
+    on a loaded machine is not taken for a stuck page.
     """
 
+    _current: "_Deadline | None" = None
+
     def __init__(self, seconds: float):
+        self.seconds = seconds
         self.expired = False
-        self._timer = threading.Timer(seconds, self._expire)
-        self._timer.daemon = True
+        self._due: float | None = None  # monotonic time of the next kill; None while paused
+        self._left = seconds  # what is left of the time while paused
+        self._ended = False
+        self._outer: _Deadline | None = None
+        self._cond = threading.Condition()
+        self._thread = threading.Thread(target=self._watch, name="mosaic-browser-deadline", daemon=True)
 
     def __enter__(self) -> "_Deadline":
-        self._timer.start()
+        self._outer, _Deadline._current = _Deadline._current, self
+        self._due = time.monotonic() + self.seconds
+        self._thread.start()
         return self
 
     def __exit__(self, *exc_info) -> None:
-        self._timer.cancel()
-        self._timer.join()  # a kill under way finishes before the caller reads `expired`
+        _Deadline._current = self._outer
+        with self._cond:
+            self._ended = True
+            self._cond.notify()
+        self._thread.join()  # a kill under way finishes before the caller reads `expired`
         if self.expired:
             _close_browser()  # only forgets it: the browser is dead, and closing a dead one returns at once
 
-    def _expire(self) -> None:
-        self.expired = True
-        log.warning("the browser did not answer within %.1f s; killing it", self._timer.interval)
-        for pid in child_processes():
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass  # it ended on its own meanwhile
+    def check(self) -> None:
+        """Raise if the time is up: nothing more may start under this deadline, as no kill would end it."""
+        if self.expired:
+            raise BrowserCrashed(f"the browser did not answer within {self.seconds:g} s")
+
+    @staticmethod
+    @contextlib.contextmanager
+    def paused() -> Iterator[None]:
+        """The clock of the innermost deadline (if any) stands still inside ``with``."""
+        deadline = _Deadline._current
+        if deadline is None:
+            yield
+            return
+        with deadline._cond:
+            if deadline._due is not None:
+                deadline._left = deadline._due - time.monotonic()
+            deadline._due = None
+        try:
+            yield
+        finally:
+            with deadline._cond:
+                deadline._due = time.monotonic() + max(deadline._left, 0.0)
+                deadline._cond.notify()
+
+    def _watch(self) -> None:
+        with self._cond:
+            while not self._ended:
+                left = None if self._due is None else self._due - time.monotonic()
+                if left is None or left > 0:
+                    self._cond.wait(left)
+                    continue
+                if not self.expired:
+                    self.expired = True
+                    log.warning("the browser did not answer within %.1f s; killing it", self.seconds)
+                    _kill(child_processes())
+                    self._due = time.monotonic() + GRACE_S
+                    continue
+                log.warning("a call to Playwright outlived its browser by %.1f s; restarting Playwright", GRACE_S)
+                _kill([*child_processes(), *([_shared.driver_pid] if _shared.driver_pid else ())])
+                return
 
 
 class PlaywrightBackend(Backend):
@@ -254,15 +393,18 @@ class PlaywrightBackend(Backend):
         chunk_tokens: about how many tokens one chunk of a page holds.
         javascript: run the pages' scripts. Off by default: the builtin site needs none, and a corpus page's
             scripts are a corpus author's code running in the agent's browser.
-        timeout_s: the longest one :meth:`view` or :meth:`new_episode` may keep the browser busy.
+        timeout_s: the longest one :meth:`view` or :meth:`new_episode` may keep the browser busy, in seconds
+            (starting Chromium not counted).
 
     Attributes:
-        blocked_requests: every URL refused so far (other origins, other schemes), in order.
+        blocked_requests: every URL refused so far (other origins, other schemes, WebSockets), in order.
         executable: the Chromium this backend launches when the shared browser is not running.
+        javascript: as the argument; takes effect at the next episode.
         timeout_s: as the argument; may be changed between calls.
 
     Raises:
         ChromiumNotFound: when there is no Chromium to launch (checked here, before any browsing).
+        ValueError: ``timeout_s`` is not a positive number of seconds.
 
     Example:
         >>> from envs.web import load_site
@@ -286,33 +428,54 @@ class PlaywrightBackend(Backend):
         self._page: Page | None = None
         self._generation = 0
         self._route_error: Exception | None = None
+        self._left_to: str | None = None
+        self._loading = False  # between the page's navigation and its read: a timeout then is the page's
+        self._crashed = False  # a tab crashed during this try, before any deadline killed the browser
         self._closed = False
         self._pid = os.getpid()
         _adopt().users += 1
 
     @property
+    def timeout_s(self) -> float:
+        return self._timeout_s
+
+    @timeout_s.setter
+    def timeout_s(self, seconds: float) -> None:
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds < float("inf"):
+            raise ValueError(f"timeout_s must be a positive number of seconds, got {seconds!r}")
+        self._timeout_s = float(seconds)
+        context = getattr(self, "_context", None)
+        if context is not None and self._generation == _shared.generation:
+            # Playwright's own timeout must stay the longer one (see _backup_timeout_ms).
+            context.set_default_timeout(_backup_timeout_ms(self._timeout_s))
+
+    @property
     def page(self) -> Page | None:
         """The Playwright page of the current episode (for screenshots or your own scripting), or ``None``
-        before the first episode (or when the browser could not be brought back for this one)."""
+        before the first episode, when the browser could not be brought back for this one, or (with scripts
+        on) between views, as each page's tab is closed once read."""
         return self._page
 
     def new_episode(self) -> None:
         """Close the last episode's browser context and open a fresh one (no cookies, no storage).
 
-        Never raises for the browser's sake: if Chromium dies meanwhile it is started again, and if that fails
-        too the episode starts without a context; its first page tries once more (and the env truncates the
-        episode with reason ``"browser_crashed"`` if that fails).
+        Never raises for the browser's sake: if Chromium died (or dies meanwhile) it is started again, and if
+        that fails too the episode starts without a context; its first page tries once more (and the env
+        truncates the episode with reason ``"browser_crashed"`` if that fails).
         """
         self._check_open()
-        with _Deadline(self.timeout_s) as deadline:
-            for attempt in (1, 2):
+        for attempt in (1, 2):
+            # Each try has its own time: the first may have been spent on a browser that died under it.
+            with _Deadline(self.timeout_s) as deadline:
                 try:
+                    if attempt == 2:
+                        _close_browser()  # whatever went wrong, the second try starts from a fresh browser
                     self._open_context()
                     return
                 except (PlaywrightError, BrowserCrashed) as err:
                     failure = err
                     if deadline.expired:
-                        break
+                        failure = BrowserCrashed(f"no answer within {self.timeout_s:g} s ({err})")
         self._close_context()
         log.warning("could not open a browser context for the new episode (%s); its first page will try again",
                     failure)
@@ -333,20 +496,23 @@ class PlaywrightBackend(Backend):
         if parts.scheme or parts.netloc or not url.startswith("/"):
             self._block(url)
             return None
-        with _Deadline(self.timeout_s) as deadline:
-            try:
-                return self._show(url)
-            except (PlaywrightError, BrowserCrashed) as err:
-                if deadline.expired:
-                    raise self._timeout(url) from err
-                log.warning("Chromium failed on %s (%s); starting a fresh context and retrying once", url, err)
-            try:
-                self._open_context()
-                return self._show(url)
-            except (PlaywrightError, BrowserCrashed) as err:
-                if deadline.expired:
-                    raise self._timeout(url) from err
-                raise BrowserCrashed(f"Chromium failed twice on {url}: {err}") from err
+        for attempt in range(1, VIEW_ATTEMPTS + 1):
+            # Each try has its own time: the last may have been spent on a browser that died under it.
+            with _Deadline(self.timeout_s) as deadline:
+                self._loading, self._crashed = False, False
+                try:
+                    if attempt > 1:
+                        self._reopen(deadline)
+                    return self._show(url)
+                except (PlaywrightError, BrowserCrashed) as err:
+                    failure: Exception = err
+            if deadline.expired and self._loading and not self._crashed:
+                # The time ran out on the page itself (not on opening a tab or a context, nor after its tab
+                # crashed, which can leave a call waiting): the page is to blame, and another try would only
+                # wait as long again.
+                raise self._timeout(url) from failure
+            log.warning("Chromium failed on %s (%s); trying again in a fresh context", url, failure)
+        raise BrowserCrashed(f"Chromium failed {VIEW_ATTEMPTS} times on {url}: {failure}") from failure
 
     def close(self) -> None:
         """Close this backend's context; the last backend of the process to close also closes Chromium."""
@@ -363,33 +529,68 @@ class PlaywrightBackend(Backend):
 
     # ------------------------------------------------------------------------------------------------
     def _show(self, url: str) -> PageView | None:
-        if self._page is None or self._generation != _shared.generation or self._page.is_closed():
+        if self._context is None or self._generation != _shared.generation:
             # No episode opened yet, or the browser it ran in was replaced (by another backend's relaunch).
             self._open_context()
-        assert self._page is not None
+        if self._page is None or self._page.is_closed():
+            self._page = self._new_tab()
         page = self._page
-        self._route_error = None
-        # Without its fragment, so that a url differing only there still loads (and reads) the page afresh.
-        response = page.goto(ORIGIN + url.split("#", 1)[0], wait_until="commit")
-        if self._route_error is not None:
-            # The site itself failed: that is a bug to see, as the text backend would show it, not a crash.
-            raise self._route_error
-        if response is None or response.status == 404:
-            return None
+        self._route_error, self._left_to = None, None
+        self._loading = True
         try:
-            html = page.evaluate(_DOM_AFTER_LOAD)
-        except PlaywrightError:
-            # A script or a meta refresh navigated (within the site) while the page loaded: read where it
-            # settled. (After a crash this raises again, for view() to handle.)
-            page.wait_for_load_state("load")
-            html = page.evaluate(_DOM_AFTER_LOAD)
+            # Without its fragment, so that a url differing only there still loads (and reads) the page afresh.
+            response = page.goto(ORIGIN + url.split("#", 1)[0], wait_until="commit")
+            if self._route_error is not None:
+                # The site itself failed: that is a bug to see, as the text backend would show it, not a crash.
+                raise self._route_error
+            if response is None or response.status == 404:
+                return None
+            try:
+                html = self._read(page)
+            except PlaywrightError:
+                # A script or a meta refresh navigated (within the site) while the page loaded: read where it
+                # settled. (After a crash this raises again, for view() to handle.)
+                page.wait_for_load_state("load")
+                html = self._read(page)
+            left = self._left_site(page)
+            self._loading = False  # read: what is left (closing the tab) is not the page's time any more
+        finally:
+            if self.javascript:
+                self._close_tab()
+        if left is not None:
+            html = self.site.render(url) or ""
+            view = html_to_view(html, url, chunk_tokens=self.chunk_tokens)
+            chunks = (_BLOCKED_NOTE.format(left) + "\n" + view.chunks[0],) + view.chunks[1:]
+            return dataclasses.replace(view, chunks=chunks)
         view = html_to_view(html, url, chunk_tokens=self.chunk_tokens)
         links = tuple(dataclasses.replace(link, url=_site_path(link.url)) for link in view.links)
         return dataclasses.replace(view, links=links) if links != view.links else view
 
-    def _timeout(self, url: str) -> BrowserTimeout:
+    def _read(self, page: Page) -> str:
+        """The page's DOM once its document has loaded (see :data:`_DOM_AFTER_LOAD`, :data:`_DOM_NOW`)."""
+        if self.javascript:
+            return page.evaluate(_DOM_AFTER_LOAD)
+        page.wait_for_load_state("load")
+        return page.evaluate(_DOM_NOW)
+
+    def _left_site(self, page: Page) -> str | None:
+        """Where the page went if it left the site, else ``None``.
+
+        Interception refuses every navigation to another origin, and a refused ("aborted") one leaves the page
+        where it was. What interception never sees still gets away: ``about:blank``, a ``blob:`` document
+        the page made itself, or an error page if a navigation failed some other way. The agent reads the page
+        it asked for, as served, under a note saying so, instead of an empty page or a browser's error text.
+        """
+        where = page.url
+        if where.startswith(ORIGIN + "/"):
+            return None
+        if where.startswith("chrome-error:"):
+            where = self._left_to or "another site"
+        return where
+
+    def _timeout(self, what: str) -> BrowserTimeout:
         return BrowserTimeout(
-            f"the page {url} did not finish within {self.timeout_s:g} s (something on it kept the browser "
+            f"the page {what} did not finish within {self.timeout_s:g} s (something on it kept the browser "
             "busy); the browser was restarted: open another page"
         )
 
@@ -398,15 +599,57 @@ class PlaywrightBackend(Backend):
             raise RuntimeError("this backend is closed; make a new env")
         _adopt()
 
+    def _reopen(self, deadline: _Deadline) -> None:
+        """A fresh context, on a fresh browser if the one running cannot give one.
+
+        Right after Chromium is killed, Playwright may not have noticed yet and still take the browser for
+        connected: the first try then fails, and the second starts a new browser rather than trusting it.
+        """
+        try:
+            self._open_context()
+        except (PlaywrightError, BrowserCrashed) as err:
+            deadline.check()
+            log.warning("the browser could not open a context (%s); starting a fresh browser", err)
+            _close_browser()
+            self._open_context()
+
     def _open_context(self) -> None:
         self._check_open()
         self._close_context()
-        browser = _browser(self.executable, self.timeout_s)
-        context = browser.new_context(service_workers="block", java_script_enabled=self.javascript)
+        browser = _browser(self.executable)
+        # No downloads: a page (or its script) asking for one would leave a file on this machine.
+        context = browser.new_context(service_workers="block", java_script_enabled=self.javascript,
+                                      accept_downloads=False)
         context.set_default_timeout(_backup_timeout_ms(self.timeout_s))
         context.route(_ANY_URL, self._serve)
         context.route_web_socket(_ANY_URL, self._refuse_socket)
-        self._context, self._page, self._generation = context, context.new_page(), _shared.generation
+        self._context, self._generation = context, _shared.generation
+        # With scripts on, every view opens its own tab (see _show); without, one tab serves the episode.
+        self._page = None if self.javascript else self._new_tab()
+
+    def _new_tab(self) -> Page:
+        """A new tab in this episode's context, whose popups are closed as they open.
+
+        With scripts on, each page is read in a tab of its own that is closed once read: a script still
+        running (or looping forever) after the page's load event then ends with its step. It can neither
+        delay the next page (Chromium cannot navigate away from a renderer stuck in a script, but closes its
+        tab at once) nor change what a later page reads at a moment that depends on how long the agent took.
+        """
+        assert self._context is not None
+        page = self._context.new_page()
+        page.on("popup", _close_quietly)
+        page.on("crash", self._on_crash)
+        return page
+
+    def _on_crash(self, page: Page) -> None:
+        deadline = _Deadline._current
+        if deadline is None or not deadline.expired:  # a deadline's own kill crashes tabs too: not those
+            self._crashed = True
+
+    def _close_tab(self) -> None:
+        page, self._page = self._page, None
+        if page is not None:
+            _close_quietly(page)
 
     def _close_context(self) -> None:
         context, self._context, self._page = self._context, None, None
@@ -420,6 +663,8 @@ class PlaywrightBackend(Backend):
         url = route.request.url
         if not url.startswith(ORIGIN + "/"):
             self._block(url)
+            if route.request.is_navigation_request():
+                self._left_to = url
             # "aborted", not "blockedbyclient": a navigation that fails with any other error shows Chromium's
             # error page in place of the page, while an aborted one leaves the page where it was (as a 204
             # does), so a meta refresh or a script sending the page away cannot replace what the agent reads.
@@ -444,6 +689,14 @@ class PlaywrightBackend(Backend):
     def _block(self, url: str) -> None:
         self.blocked_requests.append(url)
         log.info("refused a request outside the site: %s", url)
+
+
+def _close_quietly(page: Page) -> None:
+    """Close ``page`` (a tab, or a popup a script opened), without waiting on its scripts."""
+    try:
+        page.close(run_before_unload=False)
+    except PlaywrightError:
+        pass  # it, or its browser, is gone already
 
 
 def _site_path(url: str) -> str:
