@@ -45,7 +45,6 @@ class PGConfig:
     adv_clip: float = 5.0  # Mosaic: advantages clipped to [-adv_clip, adv_clip]
     device: str = "cpu"  # "cpu", "cuda", "cuda:1", ...
     dtype: str = "float32"  # "float32" or "bfloat16" (GPU)
-    extra: dict = field(default_factory=dict)
 
     def __post_init__(self):
         if self.advantage not in ("broadcast", "mosaic"):

@@ -18,11 +18,12 @@ warm start) starts again from the beginning, exactly as a run that never stopped
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import gymnasium as gym
 import numpy as np
@@ -41,7 +42,7 @@ from .checkpoint import CheckpointError, read_checkpoint, remove_stale_temps, re
 from .config import (RESUMABLE, ConfigError, TrainConfig, changed_settings, config_to_json, read_config,
                      write_config)
 from .pg import PolicyGradient
-from .rollout import Collector, Request, Trajectory, session_sequences
+from .rollout import Collector, Request, session_sequences
 
 
 def train(config: TrainConfig, log: Any = print) -> dict[str, Any]:
@@ -82,30 +83,61 @@ def train(config: TrainConfig, log: Any = print) -> dict[str, Any]:
                         extra={"state": state, "rng": rng.bit_generator.state,
                                "agent_rng": agent.generator.get_state(), "config": config_to_json(config), **ref})
 
+    parts = _Run(config, out, agent, learner, collector, eval_collector, env, state, save, log)
     if state["phase"] == "warm_start":
-        summary = state["summary"]
-        if config.eval_initial:
-            summary["success_initial"] = evaluate(agent, eval_collector, env, config, "held-out (initial)")
-        if config.bc_episodes > 0:
-            started = time.time()
-            oracle = OracleAgent(env, compact_at=config.bc_compact_at, fork=config.bc_fork)
-            teacher = TeacherForcing(oracle, agent)
-            tasks = env.unwrapped.tasks
-            requests = [Request(seed=config.seed * 100_003 + k, options={"task_id": tasks[k % len(tasks)].id})
-                        for k in range(config.bc_episodes)]
-            demos = collector.run(teacher, requests, progress="oracle demonstrations")
-            losses = clone(model, demos, config.bc_epochs, config.bc_lr, device=config.pg.device, seed=config.seed)
-            summary["warm_start_loss"] = [losses[0], losses[-1]]
-            summary["demo_sessions"] = float(np.mean([d.num_sessions for d in demos]))
-            log(f"warm start: {len(demos)} demonstrations ({summary['demo_sessions']:.2f} sessions each), "
-                f"loss {losses[0]:.3f} -> {losses[-1]:.3f} in {time.time() - started:.0f}s")
-        if learner.ref_model is not None:  # the KL anchors RL to the warm-started policy, not to the random init
-            learner.ref_model.load_state_dict(model.state_dict())
-        summary["success_warm_start"] = evaluate(agent, eval_collector, env, config, "held-out (warm start)")
-        log(f"held-out success after warm start: {summary['success_warm_start']['success']:.3f}")
-        state["phase"] = "rl"
-        save()
+        _warm_start(parts, model)
+    _rl_loop(parts, sampler, rng)
+    return _finish(parts, model, tokenizer)
 
+
+@dataclasses.dataclass
+class _Run:
+    """What the phases of one training run share (built once by :func:`train`)."""
+
+    config: TrainConfig
+    out: Path
+    agent: LLMAgent
+    learner: PolicyGradient
+    collector: Collector
+    eval_collector: Collector
+    env: gym.Env
+    state: dict[str, Any]
+    save: Callable[[], None]
+    log: Any
+
+
+def _warm_start(run: _Run, model: torch.nn.Module) -> None:
+    """Held-out success of the initial policy (if asked), behaviour cloning on oracle demonstrations, and
+    held-out success after it; then the run is in its RL phase, checkpointed."""
+    config, agent, learner, env, state, log = run.config, run.agent, run.learner, run.env, run.state, run.log
+    collector, eval_collector = run.collector, run.eval_collector
+    summary = state["summary"]
+    if config.eval_initial:
+        summary["success_initial"] = evaluate(agent, eval_collector, config, "held-out (initial)")
+    if config.bc_episodes > 0:
+        started = time.time()
+        oracle = OracleAgent(env, compact_at=config.bc_compact_at, fork=config.bc_fork)
+        teacher = TeacherForcing(oracle, agent)
+        tasks = env.unwrapped.tasks
+        requests = [Request(seed=config.seed * 100_003 + k, options={"task_id": tasks[k % len(tasks)].id})
+                    for k in range(config.bc_episodes)]
+        demos = collector.run(teacher, requests, progress="oracle demonstrations")
+        losses = clone(model, demos, config.bc_epochs, config.bc_lr, device=config.pg.device, seed=config.seed)
+        summary["warm_start_loss"] = [losses[0], losses[-1]]
+        summary["demo_sessions"] = float(np.mean([d.num_sessions for d in demos]))
+        log(f"warm start: {len(demos)} demonstrations ({summary['demo_sessions']:.2f} sessions each), "
+            f"loss {losses[0]:.3f} -> {losses[-1]:.3f} in {time.time() - started:.0f}s")
+    if learner.ref_model is not None:  # the KL anchors RL to the warm-started policy, not to the random init
+        learner.ref_model.load_state_dict(model.state_dict())
+    summary["success_warm_start"] = evaluate(agent, eval_collector, config, "held-out (warm start)")
+    log(f"held-out success after warm start: {summary['success_warm_start']['success']:.3f}")
+    state["phase"] = "rl"
+    run.save()
+
+
+def _rl_loop(run: _Run, sampler: Any, rng: np.random.Generator) -> None:
+    """RL iterations up to ``config.iterations``, each logged to ``metrics.jsonl`` and checkpointed."""
+    config, out, state = run.config, run.out, run.state
     metrics_path = out / "metrics.jsonl"
     # From the checkpoint's history: no lines of an earlier run in this folder, none twice after a kill.
     metrics_path.write_text("".join(json.dumps(m) + "\n" for m in state["history"]))
@@ -114,22 +146,26 @@ def train(config: TrainConfig, log: Any = print) -> dict[str, Any]:
     bar = tqdm(total=config.iterations, initial=state["iteration"], desc=f"RL ({config.algo})")
     while state["iteration"] < config.iterations:
         it = state["iteration"]
-        metrics = rl_iteration(config, it, agent, learner, collector, env, sampler, rng)
+        metrics = rl_iteration(config, it, run.agent, run.learner, run.collector, run.env, sampler, rng)
         state["history"].append(metrics)
         with metrics_path.open("a") as f:
             f.write(json.dumps(metrics) + "\n")
         state["iteration"] = it + 1
-        save()
+        run.save()
         bar.update(1)
         bar.set_postfix(success=f"{metrics['success']:.2f}", sessions=f"{metrics['sessions']:.2f}")
     bar.close()
 
+
+def _finish(run: _Run, model: torch.nn.Module, tokenizer: Any) -> dict[str, Any]:
+    """Held-out success after RL, the trained model in ``final/``, the summary, the plot and the report."""
+    config, out, state = run.config, run.out, run.state
     summary = state["summary"]
     if "success_final" not in summary:
         # No RL iteration (a warm start alone): the policy is the one just evaluated.
         summary["success_final"] = summary["success_warm_start"] if config.iterations == 0 else \
-            evaluate(agent, eval_collector, env, config, "held-out (after RL)")
-        save()
+            evaluate(run.agent, run.eval_collector, config, "held-out (after RL)")
+        run.save()
     model.save_pretrained(out / "final")
     tokenizer.save_pretrained(out / "final")
     summary.update(algo=config.algo, iterations=config.iterations, run=str(out), model=str(out / "final"))
@@ -140,7 +176,7 @@ def train(config: TrainConfig, log: Any = print) -> dict[str, Any]:
     from .plots import plot_training
 
     plot_training(state["history"], out / "training.png", title=f"{config.algo} on {config.env_id}")
-    log(_report(summary))
+    run.log(_report(summary))
     return summary
 
 
@@ -203,7 +239,7 @@ def budget_sampler(config: TrainConfig) -> Any:
     return FixedBudget(fixed)
 
 
-def evaluate(agent: LLMAgent, collector: Collector, env: gym.Env, config: TrainConfig, label: str
+def evaluate(agent: LLMAgent, collector: Collector, config: TrainConfig, label: str
              ) -> dict[str, float]:
     """Held-out success: ``eval_episodes`` runs of every test task, sampled as in training.
 
