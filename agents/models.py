@@ -259,6 +259,14 @@ _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}")
 HUB_HOST = "huggingface.co"
 
 
+def check_model_spec(spec: str) -> str:
+    """``spec`` when :func:`load_model` can try it (a preset, a folder, a hub id), without loading anything; a
+    :class:`ModelSpecError` otherwise, so a caller can refuse a typo before it starts work."""
+    if spec in PRESETS or Path(spec).is_dir():
+        return spec
+    return check_hub_id(spec)
+
+
 def check_hub_id(spec: str) -> str:
     """``spec`` when it can be a Hugging Face hub id (``owner/name``); a :class:`ModelSpecError` otherwise.
 

@@ -193,12 +193,11 @@ def check_setup(config) -> None:
     leaves no run folder behind (the site built here is cached: training reuses it)."""
     import gymnasium as gym
 
-    from agents.models import PRESETS, check_hub_id
+    from agents.models import check_model_spec
 
     try:
         gym.make(config.env_id, **{**config.env_kwargs, "split": "train"}).close()
-        if config.model not in PRESETS and not Path(config.model).is_dir():
-            check_hub_id(config.model)
+        check_model_spec(config.model)
     except (TypeError, ValueError) as err:  # the env's and the model loader's own one-line explanations
         raise SetupError(str(err)) from None
 
