@@ -70,6 +70,8 @@ class TrainConfig:
     bc_lr: float = 2e-3  # warm-start learning rate
     bc_compact_at: float | None = None  # oracle compacts past this fraction of the window (None: when asked)
     bc_fork: bool = True  # oracle forks one subagent per sub-question
+    bc_styles: list | None = None  # varied demonstrations: oracle styles used in turn, each a dict of
+    # OracleAgent knobs ({"compact_at": 0.5, "fork": False, "error_rate": 0.1}); None: one style, bc_compact_at/bc_fork
     iterations: int = 10  # RL iterations (one policy-gradient step each)
     tasks_per_iter: int = 6  # groups per iteration
     group_size: int = 8  # trajectories per group (one task, one budget)
@@ -78,6 +80,7 @@ class TrainConfig:
     continuations: int = 2  # Mosaic rollout estimator: continuations M per session boundary
     eval_episodes: int = 4  # held-out runs per test task for the success rate
     eval_initial: bool = False  # also measure held-out success before the warm start
+    eval_budgets: list | None = None  # also held-out Pass@(1,T) at these budgets T, after warm start and RL
     num_envs: int = 48  # envs stepped side by side
     seed: int = 0  # seeds everything
     out: str = "runs/train"  # run folder: config, model, checkpoint, metrics, plot
@@ -89,10 +92,47 @@ class TrainConfig:
             raise ValueError(f"algo={self.algo!r}: use 'broadcast' or 'mosaic'")
         if self.estimator not in ("rollout", "likelihood"):
             raise ValueError(f"estimator={self.estimator!r}: use 'rollout' or 'likelihood'")
+        self.bc_styles = check_styles(self.bc_styles)
+        if self.eval_budgets is not None:
+            if not (isinstance(self.eval_budgets, (list, tuple)) and self.eval_budgets
+                    and all(isinstance(t, int) and not isinstance(t, bool) and t >= 1 for t in self.eval_budgets)):
+                raise ValueError(f"eval_budgets={self.eval_budgets!r}: give a list of step budgets >= 1, e.g. [4, 8, 16]")
+            self.eval_budgets = sorted(set(self.eval_budgets))
         if isinstance(self.pg, dict):
             self.pg = PGConfig(**self.pg)
         # A copy: a PGConfig shared by two TrainConfigs (or kept by dataclasses.replace) keeps its own advantage.
         self.pg = dataclasses.replace(self.pg, advantage=self.algo)
+
+
+STYLE_KNOBS = {"compact_at": (float, type(None)), "fork": (bool,), "error_rate": (float,)}
+
+
+def check_styles(styles: Any) -> list[dict[str, Any]] | None:
+    """``bc_styles`` as a list of dicts of OracleAgent knobs (:data:`STYLE_KNOBS`), or None; one clear error else.
+
+    >>> check_styles([{"compact_at": 0.5, "error_rate": 0.1}, {"fork": False}])
+    [{'compact_at': 0.5, 'error_rate': 0.1}, {'fork': False}]
+    """
+    if styles is None:
+        return None
+    if not isinstance(styles, (list, tuple)) or not styles:
+        raise ValueError(f"bc_styles={styles!r}: give a non-empty list of dicts of {sorted(STYLE_KNOBS)}, or None")
+    out = []
+    for style in styles:
+        if not isinstance(style, dict):
+            raise ValueError(f"bc_styles entry {style!r} is not a dict of {sorted(STYLE_KNOBS)}")
+        unknown = sorted(set(style) - set(STYLE_KNOBS))
+        if unknown:
+            raise ValueError(f"bc_styles entry {style!r} has unknown knobs {unknown}: use {sorted(STYLE_KNOBS)}")
+        clean = {}
+        for key, value in style.items():
+            if key != "fork" and isinstance(value, int) and not isinstance(value, bool):
+                value = float(value)
+            if not isinstance(value, STYLE_KNOBS[key]):
+                raise ValueError(f"bc_styles entry {style!r}: {key} must be {' or '.join(t.__name__ for t in STYLE_KNOBS[key])}")
+            clean[key] = value
+        out.append(clean)
+    return out
 
 
 def config_to_json(config: TrainConfig) -> dict[str, Any]:

@@ -36,3 +36,74 @@ def plot_training(history: Sequence[dict[str, Any]], path: str | Path, title: st
     fig.tight_layout()
     fig.savefig(path)
     return path
+
+
+STUDY_PANELS = (("success", "success rate (train groups)"), ("sessions", "sessions per trajectory"),
+                ("utility", "session utility (share of sessions with gold progress)"),
+                ("groups_k_varies_success", "groups whose successes differ in sessions"))
+
+
+def _band(runs: Sequence[Sequence[dict[str, Any]]], key: str) -> tuple[list[int], list[float], list[float]]:
+    """Per iteration: the mean over runs of ``key`` and its standard error (runs of unequal length are cut)."""
+    import numpy as np
+
+    length = min((len(h) for h in runs), default=0)
+    its, means, errs = [], [], []
+    for i in range(length):
+        values = [h[i].get(key) for h in runs if h[i].get(key) is not None]
+        if values:
+            its.append(runs[0][i]["iteration"])
+            means.append(float(np.mean(values)))
+            errs.append(float(np.std(values, ddof=1) / np.sqrt(len(values))) if len(values) > 1 else 0.0)
+    return its, means, errs
+
+
+def plot_study(arms: dict[str, Sequence[Sequence[dict[str, Any]]]], path: str | Path, title: str = "study") -> Path:
+    """A 2x2 PNG: each arm's per-iteration success, sessions, session utility and group diversity, the mean
+    over seeds with a band of one standard error."""
+    path = Path(path)
+    fig = Figure(figsize=(11, 7.5), dpi=100)
+    for k, (key, label) in enumerate(STUDY_PANELS):
+        ax = fig.add_subplot(2, 2, k + 1)
+        for name, runs in arms.items():
+            its, means, errs = _band(runs, key)
+            line, = ax.plot(its, means, marker=".", label=f"{name} ({len(runs)} seeds)")
+            ax.fill_between(its, [m - e for m, e in zip(means, errs)], [m + e for m, e in zip(means, errs)],
+                            color=line.get_color(), alpha=0.2)
+        ax.set_title(label, fontsize=10)
+        ax.set_xlabel("iteration")
+        ax.grid(alpha=0.3)
+        ax.legend(loc="best", fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path)
+    return path
+
+
+def plot_pass_at_t(curves: dict[str, dict[str, dict[str, dict[str, Any]]]], path: str | Path,
+                   title: str = "Pass@(1,T)") -> Path:
+    """Pass@(1,T) against T for each arm, after the warm start (dashed) and after RL (solid), with 95%
+    intervals over seeds; ``curves[arm][stage][T] = {"mean", "ci95"}``."""
+    path = Path(path)
+    fig = Figure(figsize=(6.5, 4.5), dpi=100)
+    ax = fig.add_subplot(1, 1, 1)
+    for name, stages in curves.items():
+        color = None
+        for stage, style in (("warm_start", "--"), ("final", "-")):
+            if stage not in stages:
+                continue
+            ts = sorted(stages[stage], key=int)
+            means = [stages[stage][t]["mean"] for t in ts]
+            errs = [stages[stage][t]["ci95"] or 0.0 for t in ts]
+            bar = ax.errorbar([int(t) for t in ts], means, yerr=errs, linestyle=style, marker="o", capsize=3,
+                              color=color, label=f"{name} ({'after RL' if stage == 'final' else 'warm start'})")
+            color = bar.lines[0].get_color()
+    ax.set_xlabel("step budget T")
+    ax.set_ylabel("held-out Pass@(1,T)")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best", fontsize=8)
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path)
+    return path

@@ -43,6 +43,7 @@ from .config import (RESUMABLE, ConfigError, TrainConfig, changed_settings, conf
                      write_config)
 from .pg import PolicyGradient
 from .rollout import Collector, Request, session_sequences
+from .session_metrics import group_diversity, session_metrics
 
 
 def train(config: TrainConfig, log: Any = print) -> dict[str, Any]:
@@ -116,15 +117,20 @@ def _warm_start(run: _Run, model: torch.nn.Module) -> None:
         summary["success_initial"] = evaluate(agent, eval_collector, config, "held-out (initial)")
     if config.bc_episodes > 0:
         started = time.time()
-        oracle = OracleAgent(env, compact_at=config.bc_compact_at, fork=config.bc_fork)
-        teacher = TeacherForcing(oracle, agent)
         tasks = env.unwrapped.tasks
         requests = [Request(seed=config.seed * 100_003 + k, options={"task_id": tasks[k % len(tasks)].id})
                     for k in range(config.bc_episodes)]
-        demos = collector.run(teacher, requests, progress="oracle demonstrations")
+        styles = config.bc_styles or [{"compact_at": config.bc_compact_at, "fork": config.bc_fork}]
+        demos = []
+        for n, style in enumerate(styles):  # demonstration k in style k mod len(styles)
+            oracle = OracleAgent(env, **{"fork": config.bc_fork, **style}, seed=config.seed * 1_009 + n)
+            demos += collector.run(TeacherForcing(oracle, agent), requests[n::len(styles)],
+                                   progress=f"oracle demonstrations ({n + 1}/{len(styles)})" if len(styles) > 1
+                                   else "oracle demonstrations")
         losses = clone(model, demos, config.bc_epochs, config.bc_lr, device=config.pg.device, seed=config.seed)
         summary["warm_start_loss"] = [losses[0], losses[-1]]
         summary["demo_sessions"] = float(np.mean([d.num_sessions for d in demos]))
+        summary["demo_metrics"] = _finite(session_metrics(demos))
         log(f"warm start: {len(demos)} demonstrations ({summary['demo_sessions']:.2f} sessions each), "
             f"loss {losses[0]:.3f} -> {losses[-1]:.3f} in {time.time() - started:.0f}s")
     if learner.ref_model is not None:  # the KL anchors RL to the warm-started policy, not to the random init
@@ -194,9 +200,9 @@ def rl_iteration(config: TrainConfig, it: int, agent: LLMAgent, learner: PolicyG
                              group=g) for _ in range(config.group_size)]
     mosaic_rollout = config.algo == "mosaic" and config.estimator == "rollout"
     trajectories = collector.run(agent, requests, record_snapshots=mosaic_rollout, progress=f"rollouts {it}")
-    sequences, all_adv, contrib_abs = [], [], []
-    for g in range(config.tasks_per_iter):
-        group = [t for t in trajectories if t.group == g]
+    sequences, all_adv, contrib_abs, contrib_positive = [], [], [], []
+    groups = [[t for t in trajectories if t.group == g] for g in range(config.tasks_per_iter)]
+    for group in groups:
         d = None
         if config.algo == "mosaic":
             if config.estimator == "rollout":
@@ -207,6 +213,7 @@ def rl_iteration(config: TrainConfig, it: int, agent: LLMAgent, learner: PolicyG
                                                     env.unwrapped.site.task(group[0].task_id).answer,
                                                     device=config.pg.device)
             contrib_abs.append(float(np.abs(np.concatenate(d)).mean()))
+            contrib_positive += list(np.concatenate(d) > 0)
         advantage = learner.session_advantages(group, d)  # (trajectory, session id) -> A_s
         for i, t in enumerate(group):
             for sid, per_session in session_sequences(t).items():
@@ -225,6 +232,10 @@ def rl_iteration(config: TrainConfig, it: int, agent: LLMAgent, learner: PolicyG
         "adv_mean": float(adv_all.mean()), "adv_std": float(adv_all.std()),
         "adv_abs_max": float(np.abs(adv_all).max()),
         "contribution_abs_mean": float(np.mean(contrib_abs)) if contrib_abs else 0.0,
+        # Mosaic: the share of sessions whose estimated contribution D is positive (None for broadcast: no D).
+        "d_positive": float(np.mean(contrib_positive)) if contrib_positive else None,
+        **{k: v for k, v in _finite(session_metrics(trajectories)).items() if k in ITERATION_METRICS},
+        **{f"groups_{k}": v for k, v in group_diversity(groups).items()},
         **{k: float(v) for k, v in stats.items()},
     }
 
@@ -249,18 +260,42 @@ def evaluate(agent: LLMAgent, collector: Collector, config: TrainConfig, label: 
     tasks = gym.make(config.env_id, **{**config.env_kwargs, "split": "test"}).unwrapped.tasks
     requests = [Request(seed=1_000_003 + k, options={"task_id": t.id})
                 for k, t in enumerate(tasks) for _ in range(config.eval_episodes)]
+    budgets = config.eval_budgets or []
+    requests += [Request(seed=2_000_003 + k, options={"task_id": t.id, "max_steps": budget})
+                 for budget in budgets for k, t in enumerate(tasks) for _ in range(config.eval_episodes)]
     sampling = agent.generator.get_state()
     try:
         runs = collector.run(agent, requests, progress=label)
     finally:
         agent.generator.set_state(sampling)
+    m = len(tasks) * config.eval_episodes  # the main runs, then m runs at each budget
+    at_budget = {budget: runs[(n + 1) * m:(n + 2) * m] for n, budget in enumerate(budgets)}
+    runs = runs[:m]
+    result = {"success": float(np.mean([r.reward for r in runs])),
+              "sessions": float(np.mean([r.num_sessions for r in runs])),
+              "steps": float(np.mean([r.tree["steps_used"] for r in runs])), "episodes": len(runs),
+              "per_task": _per_task(runs),
+              "metrics": _finite(session_metrics(runs))}
+    if budgets:  # Pass@(1,T), each T its own runs under budget T (the "rerun" protocol: the agent is told T)
+        result["pass_at_1"] = {str(b): float(np.mean([r.reward for r in rs])) for b, rs in at_budget.items()}
+        result["per_task_at"] = {str(b): _per_task(rs) for b, rs in at_budget.items()}
+    return result
+
+
+def _per_task(runs: list[Any]) -> dict[str, float]:
     per_task: dict[str, list[float]] = {}
     for r in runs:
         per_task.setdefault(r.task_id, []).append(r.reward)
-    return {"success": float(np.mean([r.reward for r in runs])),
-            "sessions": float(np.mean([r.num_sessions for r in runs])),
-            "steps": float(np.mean([r.tree["steps_used"] for r in runs])), "episodes": len(runs),
-            "per_task": {k: float(np.mean(v)) for k, v in per_task.items()}}
+    return {k: float(np.mean(v)) for k, v in per_task.items()}
+
+
+ITERATION_METRICS = ("sessions_success", "sessions_failure", "context_tokens", "utility", "wasted_sessions", "forks",
+                     "step_quality", "error_steps", "recovery")
+
+
+def _finite(metrics: dict[str, Any]) -> dict[str, Any]:
+    """JSON has no NaN: an undefined metric (no failures, no forks...) is written as null."""
+    return {k: (None if isinstance(v, float) and not np.isfinite(v) else v) for k, v in metrics.items()}
 
 
 def paired_gain(before: dict[str, Any], after: dict[str, Any]) -> tuple[float, float]:

@@ -104,12 +104,17 @@ class EpisodeState:
     final_answer: str | None = None
     success: bool = False
     answered_forks: list[str] = field(default_factory=list)
+    # One record a step (:meth:`WebQAEnv.trajectory`'s "step_log"), and the gold pages reached so far.
+    log: list[dict[str, Any]] = field(default_factory=list)
+    gold_reached: set[str] = field(default_factory=set)
 
     def copy(self) -> "EpisodeState":
+        # Log records are never mutated once appended: a shallow copy of the list suffices.
         return EpisodeState(
             task=self.task, max_steps=self.max_steps, sessions=[s.copy() for s in self.sessions],
             stack=list(self.stack), steps_used=self.steps_used, done=self.done, final_answer=self.final_answer,
-            success=self.success, answered_forks=list(self.answered_forks),
+            success=self.success, answered_forks=list(self.answered_forks), log=list(self.log),
+            gold_reached=set(self.gold_reached),
         )
 
 
@@ -141,6 +146,8 @@ class WebQAEnv(gym.Env[str, str]):
         site_size: how many entities the builtin site has.
         split: ``"train"`` or ``"test"`` tasks (disjoint), or ``"all"``.
         hops: difficulty filter: an int or an inclusive ``(lo, hi)`` range; ``None`` for every task.
+        families: task-family filter (builtin: ``"chain"``, ``"inverted"``, ``"compare"``, ``"long"``): a name
+            or a list of names; ``None`` for every family.
         max_steps: the step budget T over all sessions: an int, a ``(lo, hi)`` range or a list of ints,
             sampled at reset from the env's own ``np_random``; ``reset(options={"max_steps": T})`` overrides.
         session_max_tokens: a session's context window, in tokens of ``token_counter``.
@@ -169,6 +176,7 @@ class WebQAEnv(gym.Env[str, str]):
         site_size: int = 2000,
         split: str = "train",
         hops: int | tuple[int, int] | None = None,
+        families: str | Sequence[str] | None = None,
         max_steps: int | tuple[int, int] | Sequence[int] = 64,
         session_max_tokens: int = 4096,
         overflow: str = "force_compact",
@@ -209,6 +217,12 @@ class WebQAEnv(gym.Env[str, str]):
         self.tasks = self.site.tasks_for(None if split == "all" else split, hops)
         if not self.tasks:
             raise ValueError(_no_tasks_message(self.site, split, hops))
+        if families is not None:
+            wanted = _check_families(families, {t.family for t in self.site.tasks})
+            self.tasks = [t for t in self.tasks if t.family in wanted]
+            if not self.tasks:
+                raise ValueError(f"no {split!r} task with hops={hops!r} is of families {sorted(wanted)} on site "
+                                 f"{self.site.name!r}: widen hops or families")
         self.session_max_tokens = session_max_tokens
         self.overflow = overflow
         self.max_sessions = max_sessions
@@ -277,6 +291,7 @@ class WebQAEnv(gym.Env[str, str]):
         self._append(session, "assistant", f"<not text: {type_name(action)}>" if text is None else text, out=True)
         reward, terminated, truncation = 0.0, False, None
         error: str | None = None
+        parsed: Action | None = None
         try:
             if session.must_compact and text is not None:
                 parsed, error = self._forced_compaction(text)
@@ -289,6 +304,7 @@ class WebQAEnv(gym.Env[str, str]):
         except BrowserCrashed:
             # The backend already restarted its browser once and failed again: this episode cannot go on.
             truncation = "browser_crashed"
+        self._log_step(session, parsed.name if parsed is not None else None, error)
         if not terminated and truncation is None:
             truncation = self._check_limits()
         info = self._info(acted=session, error=error)
@@ -333,7 +349,40 @@ class WebQAEnv(gym.Env[str, str]):
             "steps_used": state.steps_used,
             "max_steps": state.max_steps,
             "sessions": self.session_tree(),
+            "step_log": [dict(record) for record in state.log],
         }
+
+    def _log_step(self, session: Session, tool: str | None, error: str | None) -> None:
+        """Record the step just taken for :meth:`trajectory`: which session acted, with which tool, and how it
+        stands to the task's gold path (what the study's step-quality and recovery metrics read).
+
+        ``gold`` is true when the step first reaches a page of the gold path (a search or page the gold
+        solution shows; the same page reached again, in any session, is not progress) or gives the right
+        final answer (``answer``) or sub-answer (``finish``); ``off_path`` when a search or open shows a page
+        that is not on it, or an answer or finish is wrong. Nothing of this reaches the agent before the
+        episode ends.
+        """
+        state = self._require_state()
+        gold = off_path = False
+        if error is None and tool in ("search", "open") and session.page is not None:
+            url = session.page.url
+            on_path = url in self._gold_urls(state.task)
+            gold, off_path = on_path and url not in state.gold_reached, not on_path
+            state.gold_reached.add(url)
+        elif error is None and tool == "answer":
+            gold, off_path = state.success, not state.success
+        elif error is None and tool == "finish":
+            sub = next((t for t in state.task.subtasks if t.question == session.fork_task), None)
+            accepted = {normalize_answer(a) for a in ((sub.answer, *sub.aliases) if sub else ())}
+            right = normalize_answer(session.handoff or "") in accepted
+            gold, off_path = right, not right
+        state.log.append({"session": session.id, "tool": tool, "error": error is not None, "gold": gold,
+                          "off_path": off_path})
+
+    def _gold_urls(self, task: Task) -> frozenset[str]:
+        """The pages the gold path shows: its searches' result pages and the pages it opens."""
+        return frozenset(self.site.search_url(g.arg) if g.tool == "search" else g.arg
+                         for g in task.gold_path if g.tool in ("search", "open"))
 
     def session_tree(self) -> list[dict[str, Any]]:
         """The sessions so far, in order of creation (a session's id is its index): fresh dicts with ``id``,
@@ -662,6 +711,17 @@ def _check_budget(spec: Any) -> int | tuple[int, int] | list[int]:
     if isinstance(spec, (list, tuple)) and spec and all(is_int(v) and v >= 1 for v in spec):
         return [int(v) for v in spec]
     raise ValueError(f"max_steps must be an int, a (lo, hi) range or a list of ints, got {shown(spec)}")
+
+
+def _check_families(families: Any, known: set[str]) -> set[str]:
+    """A family name or a list of names, each one the site has."""
+    names = [families] if isinstance(families, str) else families
+    if not isinstance(names, (list, tuple)) or not names or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"families must be a family name or a list of names, got {shown(families)}")
+    unknown = sorted(set(names) - known)
+    if unknown:
+        raise ValueError(f"families {unknown} are unknown on this site: its task families are {sorted(known)}")
+    return set(names)
 
 
 def _check_hops(hops: Any) -> int | tuple[int, int] | None:

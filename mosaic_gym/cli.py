@@ -17,6 +17,7 @@ COMMANDS = {
     "site": "mosaic_gym.commands.site",
     "bench": "mosaic_gym.commands.bench",
     "rollout": "mosaic_gym.commands.rollout",
+    "study": "mosaic_gym.commands.study",
 }
 
 

@@ -1,0 +1,375 @@
+"""The study this project exists for: Mosaic against broadcast where the policy chooses its sessions.
+
+A *claim* (:data:`CLAIMS`) is a set of *arms*, each a :class:`~algos.config.TrainConfig` made from a
+*preset* (:data:`PRESETS`: an env where sessions are the policy's choice and a varied warm start) and the
+arm's own settings, run with several seeds. Every (arm, seed) is one ``mosaic train`` run in its own folder,
+``OUT/<preset>/<arm>/seed<k>``, so:
+
+- a claim can be stopped at any point and resumed (each run resumes from its last checkpoint; a finished run
+  is never run again);
+- claims share runs: ``recovery`` reads the ``compaction`` runs, and ``budgets`` adds one arm beside them;
+- the summary (:func:`summarize`) is rebuilt from whatever runs have finished.
+
+Seed ``k`` of every arm of a preset starts from the same warm start (the same demonstrations, the same
+cloned model: nothing before RL depends on the arm), so arms are compared *paired*: per seed, the mean over
+test tasks of the difference between the arms' held-out success (both evaluated on the same tasks with the
+same reset seeds). Results are the mean over seeds with a 95% t-interval over seeds.
+
+Example:
+    >>> sorted(CLAIMS)
+    ['budgets', 'compaction', 'fork', 'recovery']
+    >>> [arm.name for arm in CLAIMS["compaction"].arms]
+    ['broadcast', 'mosaic']
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .config import PGConfig, TrainConfig
+
+__all__ = ["CLAIMS", "PRESETS", "Arm", "Claim", "interval", "run_claim", "run_configs", "summarize"]
+
+# The oracle styles of the varied warm start: compact early, late or only when asked; a nonzero error rate so
+# that the demonstrations hold recoveries (the policy clones them).
+COMPACTION_STYLES = [
+    {"compact_at": None, "error_rate": 0.0},
+    {"compact_at": 0.45, "error_rate": 0.15},
+    {"compact_at": 0.8, "error_rate": 0.0},
+    {"compact_at": None, "error_rate": 0.15},
+]
+FORK_STYLES = [
+    {"fork": True, "error_rate": 0.0},
+    {"fork": False, "error_rate": 0.15},
+    {"fork": True, "error_rate": 0.15},
+    {"fork": False, "error_rate": 0.0},
+]
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # One-hop tasks fit one window; two-hop (chain, long, inverted) tasks fill it: compaction is optional on
+    # the first and needed on the second. compact(...) is among the candidates at every step.
+    "compaction": {
+        "env_id": "mosaic/WebQA-Compact-v0",
+        "env_kwargs": {"site_size": 600, "hops": [1, 2], "max_steps": 12, "candidates": True,
+                       "session_max_tokens": 1000},
+        "bc_styles": COMPACTION_STYLES, "bc_episodes": 120, "eval_budgets": [4, 8, 12],
+    },
+    # Compare tasks: fork each sub-question to a subagent, or do both in one session (the window holds both).
+    "fork": {
+        "env_id": "mosaic/WebQA-Fork-v0",
+        "env_kwargs": {"site_size": 600, "hops": [2, 3], "families": ["compare"], "max_steps": 16,
+                       "candidates": True, "session_max_tokens": 2400},
+        "bc_styles": FORK_STYLES, "bc_episodes": 120,
+    },
+}
+# --quick: the same presets on a small site with tiny runs (what the tests run; numbers mean nothing).
+QUICK = {"bc_episodes": 8, "bc_epochs": 1, "iterations": 1, "tasks_per_iter": 2, "group_size": 4,
+         "eval_episodes": 1, "num_envs": 8}
+FULL = {"iterations": 8, "tasks_per_iter": 6, "group_size": 8, "eval_episodes": 2, "num_envs": 48,
+        "temperature": 1.0}
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One side of a comparison: its name (its run folder) and the settings it changes."""
+
+    name: str
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What a claim runs (a preset, its arms) and what it reports (``kind``, with the two arms compared)."""
+
+    preset: str
+    arms: tuple[Arm, ...]
+    kind: str  # "credit", "budgets" or "recovery"
+    question: str
+
+
+CLAIMS: dict[str, Claim] = {
+    "compaction": Claim("compaction", (Arm("broadcast", {"algo": "broadcast"}), Arm("mosaic", {"algo": "mosaic"})),
+                        "credit", "Does Mosaic beat broadcast in the compaction setting, with fewer sessions?"),
+    "fork": Claim("fork", (Arm("broadcast", {"algo": "broadcast"}), Arm("mosaic", {"algo": "mosaic"})),
+                  "credit", "Does Mosaic beat broadcast in the fork setting, with fewer sessions?"),
+    "budgets": Claim("compaction", (Arm("mosaic", {"algo": "mosaic"}),
+                                    Arm("mosaic-budgetmix", {"algo": "mosaic", "budgets": "4,8,12"})),
+                     "budgets", "Does RL's gain shrink as the budget T shrinks, and does BudgetMix keep "
+                                "Pass@(1,T) steadier across T than a fixed budget?"),
+    "recovery": Claim("compaction", (Arm("broadcast", {"algo": "broadcast"}), Arm("mosaic", {"algo": "mosaic"})),
+                      "recovery", "Is RL's gain in recovering from errors rather than in better single steps?"),
+}
+
+
+def run_configs(claim: str, out: str | Path, seeds: int = 3, quick: bool = False,
+                iterations: int | None = None) -> list[tuple[Arm, int, TrainConfig]]:
+    """The (arm, seed, settings) of every run of ``claim``, each in its own folder under ``out``."""
+    if claim not in CLAIMS:
+        raise ValueError(f"claim={claim!r} is unknown: use one of {sorted(CLAIMS)}")
+    if seeds < 1:
+        raise ValueError(f"seeds must be at least 1, got {seeds}")
+    spec = CLAIMS[claim]
+    preset = copy.deepcopy(PRESETS[spec.preset])
+    size = QUICK if quick else FULL
+    if quick:
+        preset["env_kwargs"]["site_size"] = 120
+        preset["env_kwargs"]["hops"] = [1, 2] if spec.preset == "compaction" else [2, 3]
+    runs = []
+    for arm in spec.arms:
+        for seed in range(seeds):
+            settings = {**preset, **size, **arm.settings}
+            if iterations is not None:
+                settings["iterations"] = iterations
+            folder = Path(out) / spec.preset / arm.name / f"seed{seed}"
+            runs.append((arm, seed, TrainConfig(**settings, seed=seed, out=str(folder),
+                                                pg=PGConfig(lr=1e-3, micro_batch_tokens=32768))))
+    return runs
+
+
+def run_claim(claim: str, out: str | Path, seeds: int = 3, quick: bool = False, iterations: int | None = None,
+              train: Callable[[TrainConfig], dict[str, Any]] | None = None, log: Any = print) -> dict[str, Any]:
+    """Run (or resume) every run of ``claim`` that has not finished, then :func:`summarize` it.
+
+    A run has finished when its ``summary.json`` records at least the iterations asked; any other run is
+    resumed from its checkpoint (or started). ``train`` is :func:`algos.train.train` unless given.
+    """
+    if train is None:
+        from .train import train
+    for arm, seed, config in run_configs(claim, out, seeds, quick, iterations):
+        folder = Path(config.out)
+        done = _finished(folder)
+        if done is not None and done.get("iterations", -1) == config.iterations:
+            log(f"{arm.name} seed {seed}: finished ({folder})")
+            continue
+        log(f"{arm.name} seed {seed}: {'resuming' if (folder / 'config.json').exists() else 'starting'} ({folder})")
+        config.resume = (folder / "config.json").exists()
+        train(config, log=lambda *a: None)
+    return summarize(claim, out, seeds, quick=quick)
+
+
+def _finished(folder: Path) -> dict[str, Any] | None:
+    path = folder / "summary.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Intervals
+# ---------------------------------------------------------------------------------------------------------
+# Two-sided 95% Student-t quantiles by degrees of freedom (no scipy here); beyond 30, the normal's 1.96.
+_T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
+
+
+def interval(values: Sequence[float]) -> dict[str, Any]:
+    """Mean and 95% t-interval half-width of ``values`` (None values dropped; half-width None below 2 values).
+
+    >>> interval([0.5, 0.7, 0.6])
+    {'mean': 0.6, 'ci95': 0.248, 'n': 3}
+    """
+    xs = np.array([v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))], float)
+    if xs.size == 0:
+        return {"mean": None, "ci95": None, "n": 0}
+    half = None
+    if xs.size > 1:
+        t = _T95[xs.size - 2] if xs.size - 2 < len(_T95) else 1.96
+        half = round(float(t * xs.std(ddof=1) / math.sqrt(xs.size)), 3)
+    return {"mean": round(float(xs.mean()), 3), "ci95": half, "n": int(xs.size)}
+
+
+def _shown(cell: dict[str, Any]) -> str:
+    if cell["mean"] is None:
+        return "n/a"
+    return f"{cell['mean']:.3f}" + (f" ± {cell['ci95']:.3f}" if cell["ci95"] is not None else "")
+
+
+def _held(cell: dict[str, Any], sign: int = 1) -> str:
+    """'held' when the interval excludes 0 on the side ``sign``, 'not shown' else."""
+    if cell["mean"] is None or cell["ci95"] is None:
+        return "not shown (too few seeds)"
+    low, high = cell["mean"] - cell["ci95"], cell["mean"] + cell["ci95"]
+    return "held" if (low > 0 if sign > 0 else high < 0) else "not shown"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The summary
+# ---------------------------------------------------------------------------------------------------------
+def summarize(claim: str, out: str | Path, seeds: int = 3, quick: bool = False) -> dict[str, Any]:
+    """The claim's results from its finished runs: ``results.json``, ``results.md`` and plots in
+    ``OUT/<claim>/``; returns the results."""
+    spec = CLAIMS[claim]
+    runs: dict[str, dict[int, dict[str, Any]]] = {}
+    for arm, seed, config in run_configs(claim, out, seeds, quick):
+        summary = _finished(Path(config.out))
+        if summary is not None:
+            history = [json.loads(line) for line in (Path(config.out) / "metrics.jsonl").read_text().splitlines()]
+            runs.setdefault(arm.name, {})[seed] = {"summary": summary, "history": history}
+    folder = Path(out) / claim
+    folder.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {"claim": claim, "question": spec.question, "preset": PRESETS[spec.preset],
+                               "quick": quick, "arms": {}, "finished": {a: sorted(r) for a, r in runs.items()}}
+    for arm in spec.arms:
+        results["arms"][arm.name] = _arm_results(runs.get(arm.name, {}))
+    a, b = spec.arms[0].name, spec.arms[1].name
+    results["paired"] = _paired(runs.get(b, {}), runs.get(a, {}))  # second arm minus first
+    if spec.kind == "budgets":
+        results["budgets"] = _budget_results(runs, a, b)
+    if spec.kind == "recovery":
+        results["recovery"] = {name: _recovery_results(r) for name, r in runs.items()}
+    results["verdict"] = _verdict(spec, results)
+    (folder / "results.json").write_text(json.dumps(results, indent=2))
+    (folder / "results.md").write_text(markdown(results))
+    from .plots import plot_pass_at_t, plot_study
+
+    if runs:
+        plot_study({name: [r["history"] for r in seeds_.values()] for name, seeds_ in runs.items()},
+                   folder / "curves.png", title=f"{claim}: {spec.question}")
+        curves = {name: _pass_curves(seeds_) for name, seeds_ in runs.items()}
+        if any(curves.values()):
+            plot_pass_at_t(curves, folder / "pass_at_t.png", title=f"{claim}: held-out Pass@(1,T)")
+    return results
+
+
+METRICS = ("success", "sessions", "sessions_success", "sessions_failure", "context_tokens", "utility", "wasted_sessions",
+           "forks", "unused_forks", "step_quality", "error_steps", "recovery", "success_clean")
+
+
+def _arm_results(seeds: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """Per arm: held-out metrics after the warm start and after RL, and RL's gain, each over seeds."""
+    out: dict[str, Any] = {"seeds": sorted(seeds)}
+    for stage, key in (("warm_start", "success_warm_start"), ("final", "success_final")):
+        out[stage] = {m: interval([r["summary"][key]["metrics"].get(m) for r in seeds.values()]) for m in METRICS}
+    out["rl_gain"] = interval([r["summary"].get("rl_gain") for r in seeds.values()])
+    # Before any update, iteration 0's groups are the warm-started policy's: how much they vary inside.
+    out["warm_start_groups"] = {k: interval([r["history"][0].get(f"groups_{k}") for r in seeds.values()
+                                             if r["history"]])
+                                for k in ("k_varies", "k_varies_success", "k_std", "reward_varies")}
+    return out
+
+
+def _paired(b: dict[int, dict[str, Any]], a: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """Arm b minus arm a, paired by seed (same warm start) and by test task (same reset seeds)."""
+    common = sorted(set(a) & set(b))
+    per_seed, per_task, sessions = [], [], []
+    for seed in common:
+        fa, fb = a[seed]["summary"]["success_final"], b[seed]["summary"]["success_final"]
+        diffs = [fb["per_task"][t] - fa["per_task"][t] for t in fa["per_task"]]
+        per_task += diffs
+        per_seed.append(float(np.mean(diffs)))
+        sessions.append(fb["sessions"] - fa["sessions"])
+    return {"seeds": common, "success": interval(per_seed), "success_per_task": interval(per_task),
+            "sessions": interval(sessions)}
+
+
+def _pass_curves(seeds: dict[int, dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """``{stage: {T: interval over seeds of Pass@(1,T)}}`` for runs evaluated at several budgets."""
+    curves: dict[str, dict[str, Any]] = {}
+    for stage, key in (("warm_start", "success_warm_start"), ("final", "success_final")):
+        at = [r["summary"][key].get("pass_at_1") for r in seeds.values()]
+        at = [x for x in at if x]
+        if at:
+            curves[stage] = {t: interval([x[t] for x in at]) for t in at[0]}
+    return curves
+
+
+def _budget_results(runs: dict[str, dict[int, dict[str, Any]]], fixed: str, mix: str) -> dict[str, Any]:
+    """RL's gain at each T (paired by seed), its change from the largest to the smallest T, and how much
+    Pass@(1,T) spreads across T (max - min over T, per seed) for each arm."""
+    out: dict[str, Any] = {}
+    for name in (fixed, mix):
+        seeds = runs.get(name, {})
+        gains: dict[str, list[float]] = {}
+        spread, shrink = [], []
+        for r in seeds.values():
+            before, after = r["summary"]["success_warm_start"], r["summary"]["success_final"]
+            if "pass_at_1" not in after:
+                continue
+            ts = sorted(after["pass_at_1"], key=int)
+            g = {t: after["pass_at_1"][t] - before["pass_at_1"][t] for t in ts}
+            for t in ts:
+                gains.setdefault(t, []).append(g[t])
+            spread.append(max(after["pass_at_1"].values()) - min(after["pass_at_1"].values()))
+            shrink.append(g[ts[-1]] - g[ts[0]])
+        out[name] = {"gain_at": {t: interval(v) for t, v in gains.items()}, "gain_largest_minus_smallest_t":
+                     interval(shrink), "spread_across_t": interval(spread)}
+    spread_diff = []
+    for seed in sorted(set(runs.get(fixed, {})) & set(runs.get(mix, {}))):
+        s = [max(r.values()) - min(r.values()) for r in (runs[n][seed]["summary"]["success_final"].get("pass_at_1")
+                                                         for n in (fixed, mix)) if r]
+        if len(s) == 2:
+            spread_diff.append(s[0] - s[1])
+    out["spread_fixed_minus_budgetmix"] = interval(spread_diff)
+    return out
+
+
+def _recovery_results(seeds: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """After RL minus after the warm start, per seed: recovery, single-step quality, success of clean runs."""
+    out = {}
+    for m in ("recovery", "step_quality", "success_clean", "erred", "success"):
+        diffs = []
+        for r in seeds.values():
+            before = r["summary"]["success_warm_start"]["metrics"].get(m)
+            after = r["summary"]["success_final"]["metrics"].get(m)
+            if before is not None and after is not None:
+                diffs.append(after - before)
+        out[m] = interval(diffs)
+    return out
+
+
+def _verdict(spec: Claim, results: dict[str, Any]) -> list[str]:
+    a, b = spec.arms[0].name, spec.arms[1].name
+    paired = results["paired"]
+    if spec.kind == "credit":
+        return [f"{b} - {a} held-out success (paired by seed): {_shown(paired['success'])}: "
+                f"{_held(paired['success'])}",
+                f"{b} - {a} sessions per trajectory: {_shown(paired['sessions'])}: fewer sessions "
+                f"{_held(paired['sessions'], -1)}"]
+    if spec.kind == "budgets":
+        budgets = results["budgets"]
+        return [f"{a}: RL gain at the largest T minus at the smallest T: "
+                f"{_shown(budgets[a]['gain_largest_minus_smallest_t'])}: gain shrinks with T "
+                f"{_held(budgets[a]['gain_largest_minus_smallest_t'])}",
+                f"Pass@(1,T) spread across T, {a} minus {b}: {_shown(budgets['spread_fixed_minus_budgetmix'])}: "
+                f"BudgetMix steadier {_held(budgets['spread_fixed_minus_budgetmix'])}"]
+    lines = []
+    for name, r in results["recovery"].items():
+        lines.append(f"{name}: RL's change in recovery {_shown(r['recovery'])} ({_held(r['recovery'])}), in "
+                     f"single-step quality {_shown(r['step_quality'])} ({_held(r['step_quality'])})")
+    return lines
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """The results as Markdown: a table per stage and arm, the paired comparison and the verdict."""
+    arms = list(results["arms"])
+    lines = [f"## {results['claim']}: {results['question']}", "",
+             f"Runs finished: " + ", ".join(f"{a} seeds {results['finished'].get(a, [])}" for a in arms)
+             + (" (quick mode: the numbers mean nothing)" if results["quick"] else ""), "",
+             "Held-out metrics, mean ± 95% interval over seeds (warm start → after RL):", "",
+             "| metric | " + " | ".join(arms) + " |", "|---|" + "---|" * len(arms)]
+    for m in METRICS:
+        cells = [f"{_shown(results['arms'][a]['warm_start'][m])} → {_shown(results['arms'][a]['final'][m])}"
+                 for a in arms]
+        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    lines.append("| RL gain (paired over tasks) | " + " | ".join(_shown(results["arms"][a]["rl_gain"])
+                                                                 for a in arms) + " |")
+    for k in ("k_varies", "k_varies_success", "reward_varies"):
+        lines.append(f"| warm-start groups: {k} | " + " | ".join(
+            _shown(results["arms"][a]["warm_start_groups"][k]) for a in arms) + " |")
+    p = results["paired"]
+    lines += ["", f"Paired ({arms[1]} - {arms[0]}, same warm start per seed): success {_shown(p['success'])} "
+                  f"(per task, pooled over seeds: {_shown(p['success_per_task'])}), sessions {_shown(p['sessions'])}.",
+              ""]
+    if "budgets" in results:
+        for name in arms:
+            b = results["budgets"][name]
+            lines.append(f"- {name}: RL gain at T " + ", ".join(f"{t}: {_shown(c)}" for t, c in b["gain_at"].items())
+                         + f"; Pass@(1,T) spread across T {_shown(b['spread_across_t'])}")
+        lines.append("")
+    lines += ["Verdict:", ""] + [f"- {v}" for v in results["verdict"]] + [""]
+    return "\n".join(lines)

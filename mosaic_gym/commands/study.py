@@ -1,0 +1,72 @@
+"""``mosaic study CLAIM``: the project's study, one command per claim (Mosaic vs broadcast where the policy
+chooses its sessions, budgets, recovery), every arm and seed its own resumable run (:mod:`algos.study`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .common import HelpFormatter
+
+DESCRIPTION = """\
+Run one claim of the study: both arms from the same warm start, with several seeds, then a results JSON,
+a Markdown table and plots in OUT/CLAIM/. Every (arm, seed) is a `mosaic train` run in
+OUT/PRESET/ARM/seedK; run the command again to resume what was stopped (finished runs are kept, and the
+summary is rebuilt from whatever has finished). Claims share runs: recovery reads the compaction runs,
+and budgets adds one BudgetMix arm beside the compaction preset's Mosaic arm.
+
+  compaction  Mosaic vs broadcast where compaction is optional on easy tasks and needed on long ones
+  fork        Mosaic vs broadcast on compare tasks, forking the sub-questions or not
+  budgets     RL's gain against the step budget T; BudgetMix against a fixed budget, Pass@(1,T) across T
+  recovery    where RL's gain lies: recovering from errors, or better single steps
+"""
+
+EXAMPLES = """examples:
+  mosaic study compaction --quick              # minutes: checks the pipeline, numbers mean nothing
+  mosaic study compaction --seeds 3            # the full claim (about 90 minutes on 2 cores)
+  mosaic study recovery --seeds 3              # reuses the compaction runs
+  mosaic study budgets --seeds 3 --out runs/study
+"""
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    from algos.study import CLAIMS
+
+    p = subparsers.add_parser("study", help="the study: Mosaic vs broadcast, budgets, recovery (seeds, intervals)",
+                              description=DESCRIPTION, epilog=EXAMPLES, formatter_class=HelpFormatter)
+    p.add_argument("claim", choices=sorted(CLAIMS), help="which claim to run")
+    p.add_argument("--seeds", type=int, default=3, help="seeds per arm (at least 2 for an interval)")
+    p.add_argument("--quick", action="store_true", help="tiny runs on a small site: checks the pipeline in minutes")
+    p.add_argument("--iterations", type=int, default=None,
+                   help="RL iterations per run (default: the preset's); more extends finished runs")
+    p.add_argument("--out", default="runs/study", help="the study's folder (runs and results)")
+    p.add_argument("--summary-only", action="store_true", help="rebuild the results from finished runs; run nothing")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from algos.study import run_claim, summarize
+
+    if args.seeds < 1:
+        print("mosaic study: --seeds must be at least 1", file=sys.stderr)
+        return 2
+    if args.iterations is not None and args.iterations < 0:
+        print("mosaic study: --iterations must be at least 0", file=sys.stderr)
+        return 2
+    if args.no_progress:
+        import os
+
+        from transformers.utils import logging as transformers_logging
+
+        os.environ["TQDM_DISABLE"] = "1"
+        transformers_logging.disable_progress_bar()
+    if args.summary_only:
+        results = summarize(args.claim, args.out, args.seeds, quick=args.quick)
+    else:
+        results = run_claim(args.claim, args.out, args.seeds, quick=args.quick, iterations=args.iterations)
+    from algos.study import markdown
+
+    print(markdown(results))
+    print(f"results: {args.out}/{args.claim}/results.json, results.md, curves.png")
+    return 0
