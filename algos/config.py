@@ -89,6 +89,10 @@ class TrainConfig:
             raise ValueError(f"algo={self.algo!r}: use 'broadcast' or 'mosaic'")
         if self.estimator not in ("rollout", "likelihood"):
             raise ValueError(f"estimator={self.estimator!r}: use 'rollout' or 'likelihood'")
+        if not isinstance(self.continuations, int) or isinstance(self.continuations, bool) or self.continuations < 1:
+            # Checked whatever the estimator: a resumed or edited run may switch to "rollout" later.
+            raise ValueError(f"continuations={self.continuations!r}: the rollout estimator needs at least 1 "
+                             "continuation per session boundary; use continuations=1 or more (default 2)")
         if isinstance(self.pg, dict):
             self.pg = PGConfig(**self.pg)
         # A copy: a PGConfig shared by two TrainConfigs (or kept by dataclasses.replace) keeps its own advantage.
