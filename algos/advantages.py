@@ -215,7 +215,7 @@ def rollout_contributions(values_start: ArrayLike, values_end: ArrayLike) -> np.
     What ``V_start`` and ``V_end`` are, per session kind:
 
     * compaction chain: ``V`` at the session's start and at its end (its compaction), each the mean reward
-      of M continuations from an env snapshot there; the first session starts at the group's mean reward and
+      of M continuations from an env snapshot there; the first session starts at V of the reset state and
       the last ends at ``R_i`` (:func:`compaction_chain_contributions` applies this for a whole chain);
     * fork child: ``V`` of the parent just before the fork, and just after the child's result arrives.
 
@@ -250,7 +250,8 @@ def compaction_chain_contributions(
 
     Args:
         boundary_values: ``(K-1,)`` ``V`` at each compaction, in chain order (empty for one session).
-        group_mean: the group's mean reward, ``V`` at the start of the first session.
+        group_mean: ``V`` at the start of the first session: :mod:`algos.credit` passes V of the reset state
+            (or of the parent before a fork); the name is from when the root started at the group's mean reward.
         reward: the trajectory's reward ``R_i``, ``V`` at the end of the last session.
 
     Returns:

@@ -106,6 +106,20 @@ class ContextOracle(Agent):
         return self.oracle.act_batch([observation], [{**info, "env_index": index}])[0]
 
 
+class Counted(Agent):
+    """Counts the steps ``agent`` takes: what the continuations of each variant cost."""
+
+    def __init__(self, agent: Agent):
+        self.agent, self.steps = agent, 0
+
+    def reset(self, index: int | None = None) -> None:
+        self.agent.reset(index)
+
+    def act_batch(self, observations, infos) -> list[str]:
+        self.steps += len(observations)
+        return self.agent.act_batch(observations, infos)
+
+
 POLICIES = ("oracle", "context")
 
 
@@ -153,14 +167,20 @@ def measure(seed: int, groups: int = 16, group_size: int = 8, continuations: int
     """One seed: the rollouts, then each variant's mean first / last advantage in all-success groups."""
     grouped, collector, agent = collect(seed, groups, group_size, error_rate, num_envs, policy)
     success = [g for g in grouped if all(t.reward >= 0.5 for t in g)]
-    d_by_start = {start: [rollout_contributions(g, collector, agent, continuations, seed=seed * 1000 + k,
-                                                root_start=start) for k, g in enumerate(success)]
-                  for start in {VARIANTS[v][0] for v in variants}}
+    counted = Counted(agent)
+    d_by_start, cost = {}, {}
+    for start in sorted({VARIANTS[v][0] for v in variants}):
+        counted.steps = 0
+        d_by_start[start] = [rollout_contributions(g, collector, counted, continuations, seed=seed * 1000 + k,
+                                                   root_start=start) for k, g in enumerate(success)]
+        cost[start] = counted.steps / max(1, sum(len(g) for g in success))
     out: dict[str, Any] = {
         "seed": seed,
         "success": float(np.mean([t.reward for g in grouped for t in g])),
         "all_success_groups": len(success),
         "sessions": float(np.mean([t.num_sessions for g in grouped for t in g])),
+        "steps": float(np.mean([t.tree["steps_used"] for g in grouped for t in g])),
+        **{f"continuation_steps_{start}": c for start, c in cost.items()},  # per trajectory
     }
     if {"group_mean", "rollout"} <= set(d_by_start):
         # In an all-success group the group mean is 1, so V at the first compaction is 1 + D(first session)
@@ -190,7 +210,8 @@ def measure(seed: int, groups: int = 16, group_size: int = 8, continuations: int
 def summarize(per_seed: Sequence[dict[str, Any]], variants: Sequence[str]) -> dict[str, Any]:
     """Each variant's figures as mean +- 95% interval over the seeds."""
     out: dict[str, Any] = {key: interval([s[key] for s in per_seed if s.get(key) is not None])
-                           for key in ("success", "all_success_groups", "v_reset", "v_first_compaction")}
+                           for key in ("success", "all_success_groups", "steps", "v_reset", "v_first_compaction",
+                                       *(k for k in per_seed[0] if k.startswith("continuation_steps_")))}
     out.update({name: {key: interval([s[name][key] for s in per_seed])
                        for key in ("first", "last", "gap", "session_term_abs")} for name in variants})
     return out
