@@ -339,3 +339,15 @@ def test_likelihood_contributions_are_log_prob_differences_between_the_handoff_c
                 _direct_logp(model, final, answer) - _direct_logp(model, first[1], answer)]
     assert d[0] == pytest.approx(expected, abs=1e-3)
 
+
+
+def test_the_credit_bench_repeats_exactly_and_scores_every_variant_on_the_same_sessions():
+    # bench_credit's figures (docs/algorithms.md, "Checks of the credit") come from one set of rollouts per
+    # seed, scored by every variant: same seed, same numbers; same trajectories counted by each variant.
+    from mosaic_gym.bench.bench_credit import VARIANTS, measure
+
+    small = dict(groups=3, group_size=4, num_envs=8, policy="context")
+    first, again = measure(1, **small), measure(1, **small)
+    assert first == again
+    assert len({first[name]["trajectories"] for name in VARIANTS}) == 1
+    assert first["continuation_steps_rollout"] > first["continuation_steps_group_mean"]  # M more per reset

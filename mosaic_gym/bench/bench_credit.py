@@ -120,6 +120,74 @@ class Counted(Agent):
         return self.agent.act_batch(observations, infos)
 
 
+class SummaryChooser(Agent):
+    """The context oracle, except that each summary it writes keeps the facts found with probability
+    ``p_keep`` and drops them ("Nothing found yet.") otherwise: a one-parameter policy over two summary
+    candidates, the rest of its behaviour fixed. Which one a session wrote is in the trajectory's tree."""
+
+    def __init__(self, env: gym.Env, error_rate: float, seed: int, p_keep: float):
+        self.inner = ContextOracle(env, error_rate, seed)
+        self.seed, self.p_keep = seed, p_keep
+
+    def reset(self, index: int | None = None) -> None:
+        self.inner.reset(index)
+
+    def act_batch(self, observations, infos) -> list[str]:
+        actions = self.inner.act_batch(observations, infos)
+        out = []
+        for action, info in zip(actions, infos):
+            rng = step_rng(self.seed + 2, info) or np.random.default_rng(self.seed)
+            if action.startswith("compact(") and rng.random() >= self.p_keep:
+                action = format_action("compact", "Nothing found yet.")
+            out.append(action)
+        return out
+
+
+def summary_study(seed: int, algo: str, updates: int = 20, groups: int = 4, group_size: int = 8,
+                  continuations: int = 2, error_rate: float = 0.25, lr: float = 2.0, num_envs: int = 16
+                  ) -> list[float]:
+    """The controlled case: P(keep the fact in a summary) after each of ``updates`` policy-gradient steps.
+
+    The policy's one parameter is the logit of the good summary (start: 0, P = 0.5). Each update rolls out
+    ``groups`` groups of the demo, scores every session with ``algo``'s advantage (broadcast, or Mosaic with
+    the rollout estimator and the same policy's continuations) and moves the logit by ``lr`` times the mean,
+    over the sessions that wrote a summary, of ``A_session * d log pi(summary) / d logit``.
+    """
+    make_env = lambda: gym.make(ENV_ID, **DEMO)  # noqa: E731
+    env = make_env()
+    tasks = env.unwrapped.tasks
+    rng = np.random.default_rng(seed)
+    collector = Collector(make_env, num_envs)
+    logit, history = 0.0, []
+    for u in range(updates):
+        p_keep = 1.0 / (1.0 + np.exp(-logit))
+        agent = SummaryChooser(env, error_rate, seed * 1000 + u, p_keep)
+        picked = rng.choice(len(tasks), size=groups, replace=len(tasks) < groups)
+        requests = [Request(seed=int(rng.integers(2**31)), options={"task_id": tasks[t].id}, group=g)
+                    for g, t in enumerate(picked) for _ in range(group_size)]
+        runs = collector.run(agent, requests, record_snapshots=algo == "mosaic")
+        grads = []
+        for g in range(groups):
+            group = [t for t in runs if t.group == g]
+            keys = [(i, sid) for i, t in enumerate(group) for sid in t.session_ids]
+            rows = np.array([i for i, _ in keys])
+            rewards = [t.reward for t in group]
+            if algo == "mosaic":
+                d = rollout_contributions(group, collector, agent, continuations, seed=int(rng.integers(2**31)))
+                a = adv.mosaic(rewards, rows, np.array([d[i][sid] for i, sid in keys]))
+            else:
+                a = adv.broadcast(rewards, rows)
+            for (i, sid), a_s in zip(keys, a):
+                t = group[i]
+                wrote = [s for s in t.tree["sessions"] if s["kind"] == "compact" and s["parent"] == sid]
+                if wrote:  # this session ended by writing a summary: which one?
+                    kept = t.session(sid)["handoff"] != "Nothing found yet."
+                    grads.append(a_s * ((1.0 - p_keep) if kept else -p_keep))
+        logit += lr * (float(np.mean(grads)) if grads else 0.0)
+        history.append(float(1.0 / (1.0 + np.exp(-logit))))
+    return history
+
+
 POLICIES = ("oracle", "context")
 
 
@@ -219,6 +287,11 @@ def summarize(per_seed: Sequence[dict[str, Any]], variants: Sequence[str]) -> di
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--study", default="bias", choices=["bias", "summary"],
+                   help="bias: first vs last session in all-success groups; summary: the controlled case, "
+                        "P(keep the fact in a summary) per update under broadcast and Mosaic")
+    p.add_argument("--updates", type=int, default=15, help="summary study: policy-gradient updates per run")
+    p.add_argument("--lr", type=float, default=2.0, help="summary study: step size on the summary logit")
     p.add_argument("--quick", action="store_true", help="2 seeds x 4 groups")
     p.add_argument("--seeds", type=int, default=None, help="sets of rollouts (default: 5; quick: 2)")
     p.add_argument("--groups", type=int, default=None, help="groups per seed (default: 16; quick: 4)")
@@ -232,6 +305,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     p.add_argument("--num-envs", type=int, default=16, help="envs stepped side by side")
     p.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     args = fill_defaults(p.parse_args(argv), {"seeds": 2, "groups": 4}, {"seeds": 5, "groups": 16})
+    if args.study == "summary":
+        return summary_main(args)
     variants = tuple(VARIANTS)
     per_seed = [measure(seed, args.groups, args.group_size, args.continuations, args.error_rate, args.floor,
                         args.num_envs, variants, args.policy) for seed in range(args.seeds)]
@@ -241,6 +316,40 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "settings": {k: v for k, v in vars(args).items() if k != "out"},
         "summary": summarize(per_seed, variants),
         "per_seed": per_seed,
+        "machine": machine(["numpy", "gymnasium"]),
+    }
+    emit(result, args.out)
+    return result
+
+
+def reach(history: Sequence[float], level: float) -> int:
+    """The first update (1-based) after which P(good summary) is at least ``level``; len + 1 if never.
+
+    Example:
+        >>> reach([0.6, 0.85, 0.95], 0.9), reach([0.6], 0.9)
+        (3, 2)
+    """
+    return next((u + 1 for u, p in enumerate(history) if p >= level), len(history) + 1)
+
+
+def summary_main(args: Any) -> dict[str, Any]:
+    """The controlled case over ``args.seeds`` seeds, both arms from the same seeds; JSON as :func:`main`."""
+    groups = 4 if args.quick else max(1, args.groups // 4)
+    arms = {algo: [summary_study(seed, algo, args.updates, groups, args.group_size, args.continuations,
+                                 args.error_rate, args.lr, args.num_envs) for seed in range(args.seeds)]
+            for algo in ("broadcast", "mosaic")}
+    summary = {algo: {"p_keep_by_update": [interval([h[u] for h in runs]) for u in range(args.updates)],
+                      "updates_to_0.9": interval([reach(h, 0.9) for h in runs]),
+                      "updates_to_0.95": interval([reach(h, 0.95) for h in runs])}
+               for algo, runs in arms.items()}
+    paired = [reach(b, 0.9) - reach(m, 0.9) for b, m in zip(arms["broadcast"], arms["mosaic"])]
+    result = {
+        "bench": "credit: controlled case, a summary that keeps the fact vs one that drops it",
+        "env": {"id": ENV_ID, **DEMO},
+        "settings": {k: v for k, v in vars(args).items() if k != "out"} | {"groups_per_update": groups},
+        "summary": summary,
+        "updates_to_0.9_broadcast_minus_mosaic": interval(paired),
+        "per_seed": arms,
         "machine": machine(["numpy", "gymnasium"]),
     }
     emit(result, args.out)
