@@ -156,6 +156,7 @@ def mosaic(
     clip: float | None = 5.0,
     normalize_std: bool = True,
     success_threshold: float = 0.5,
+    min_contribution_std: float = 0.0,
     eps: float = 1e-6,
 ) -> np.ndarray:
     """Mosaic advantage (eqs. 3-5): trajectory level with session usage, plus each session's contribution.
@@ -175,6 +176,9 @@ def mosaic(
         clip: bound ``c`` on the final advantage, ``None`` for none; ours, 5.0.
         normalize_std: divide the reward term by the group standard deviation.
         success_threshold: reward at or above which a trajectory counts as a success for ``U``.
+        min_contribution_std: a floor under ``std(D)`` in ``z(D)``, so that a tiny spread (one failed
+            continuation in a group) is not blown up to unit size; 0 (none) by default: it did not remove the
+            first-vs-last-session bias of issue 16 (``python -m mosaic_gym.bench.bench_credit``).
         eps: keeps every division finite.
 
     Returns:
@@ -188,6 +192,8 @@ def mosaic(
     rows = _session_traj(session_traj, reward_array.size)
     if clip is not None and not clip > 0:
         raise ValueError(f"clip must be positive or None, got {clip}")
+    if not min_contribution_std >= 0:
+        raise ValueError(f"min_contribution_std must be >= 0, got {min_contribution_std}")
     num_sessions = np.bincount(rows, minlength=reward_array.size)
     usage = session_usage(reward_array, num_sessions, success_threshold=success_threshold, eps=eps)
     advantages = (_standardize(reward_array, eps, normalize_std) + lambda_use * usage)[rows]
@@ -197,7 +203,9 @@ def mosaic(
             raise ValueError(
                 f"contributions must have one entry per session row, shape {rows.shape}, got {contribution_array.shape}"
             )
-        advantages = advantages + beta * _standardize(contribution_array, eps)
+        centered = contribution_array - contribution_array.mean()
+        scale = max(float(contribution_array.std()), min_contribution_std) + eps
+        advantages = advantages + beta * centered / scale
     return advantages if clip is None else np.clip(advantages, -clip, clip)
 
 
@@ -207,7 +215,7 @@ def rollout_contributions(values_start: ArrayLike, values_end: ArrayLike) -> np.
     What ``V_start`` and ``V_end`` are, per session kind:
 
     * compaction chain: ``V`` at the session's start and at its end (its compaction), each the mean reward
-      of M continuations from an env snapshot there; the first session starts at the group's mean reward and
+      of M continuations from an env snapshot there; the first session starts at V of the reset state and
       the last ends at ``R_i`` (:func:`compaction_chain_contributions` applies this for a whole chain);
     * fork child: ``V`` of the parent just before the fork, and just after the child's result arrives.
 
@@ -242,7 +250,8 @@ def compaction_chain_contributions(
 
     Args:
         boundary_values: ``(K-1,)`` ``V`` at each compaction, in chain order (empty for one session).
-        group_mean: the group's mean reward, ``V`` at the start of the first session.
+        group_mean: ``V`` at the start of the first session: :mod:`algos.credit` passes V of the reset state
+            (or of the parent before a fork); the name is from when the root started at the group's mean reward.
         reward: the trajectory's reward ``R_i``, ``V`` at the end of the last session.
 
     Returns:

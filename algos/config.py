@@ -98,6 +98,10 @@ class TrainConfig:
                     and all(isinstance(t, int) and not isinstance(t, bool) and t >= 1 for t in self.eval_budgets)):
                 raise ValueError(f"eval_budgets={self.eval_budgets!r}: give a list of step budgets >= 1, e.g. [4, 8, 16]")
             self.eval_budgets = sorted(set(self.eval_budgets))
+        if not isinstance(self.continuations, int) or isinstance(self.continuations, bool) or self.continuations < 1:
+            # Checked whatever the estimator: a resumed or edited run may switch to "rollout" later.
+            raise ValueError(f"continuations={self.continuations!r}: the rollout estimator needs at least 1 "
+                             "continuation per session boundary; use continuations=1 or more (default 2)")
         if isinstance(self.pg, dict):
             self.pg = PGConfig(**self.pg)
         # A copy: a PGConfig shared by two TrainConfigs (or kept by dataclasses.replace) keeps its own advantage.

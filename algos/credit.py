@@ -4,9 +4,10 @@ Sessions form chains: a root or fork session, then the compaction sessions that 
 from a value and ends at a value; each compaction boundary inside it has a value too; a session's D is the
 value at its end minus the value at its start (:func:`algos.advantages.compaction_chain_contributions`).
 
-- root chain: starts at the group's mean reward, ends at the trajectory's reward R_i;
+- root chain: starts at V(reset state) (rollout: M continuations from the trajectory's own reset snapshot,
+  like every other boundary; likelihood: the root's first prompt), ends at the trajectory's reward R_i;
 - fork chain: starts at V(parent just before the fork), ends at V(parent just after the result), or at R_i
-  when the child never returned.
+  when the child never returned. A fork made on the episode's last step never acts: its chain gets D = 0.
 
 Two critic-free estimators of V:
 
@@ -49,12 +50,29 @@ def chains(trajectory: Trajectory) -> list[list[int]]:
     return out
 
 
+ROOT_STARTS = ("rollout", "group_mean")
+"""Where a root chain's value starts (:func:`rollout_contributions`' ``root_start``)."""
+
+
 def rollout_contributions(group: Sequence[Trajectory], collector: Collector, agent: Any, continuations: int,
-                          seed: int) -> list[np.ndarray]:
+                          seed: int, root_start: str = "rollout") -> list[np.ndarray]:
     """D per session (in tree order) of every trajectory of a group, from M continuations per boundary.
 
-    Trajectories must have been collected with ``record_snapshots=True``.
+    ``root_start`` is the value the root chain starts from:
+
+    - ``"rollout"``: V(reset state) from M continuations of the trajectory's own reset snapshot, the same
+      estimator as every other boundary;
+    - ``"group_mean"``: the group's mean reward. Conditioned on the group's own outcomes, it biases the first
+      session against the rest: in an all-success group it is 1, so a first session can only lose.
+
+    Trajectories must have been collected with ``record_snapshots=True``. The root-start continuations are
+    requested after all the others, so the inner boundaries get the same seeds whatever ``root_start`` is.
     """
+    if root_start not in ROOT_STARTS:
+        raise ValueError(f"root_start={root_start!r}: use one of {', '.join(ROOT_STARTS)}")
+    if not isinstance(continuations, (int, np.integer)) or continuations < 1:
+        raise ValueError(f"continuations={continuations!r}: the rollout estimator needs at least 1 continuation "
+                         "per boundary (M >= 1)")
     if not all(t.snapshots.get("session_start") for t in group):
         raise ValueError("rollout contributions branch from env snapshots: collect the group with "
                          "Collector.run(..., record_snapshots=True)")
@@ -67,13 +85,18 @@ def rollout_contributions(group: Sequence[Trajectory], collector: Collector, age
                 wanted.append((i, "fork_before", chain[0]))
                 if chain[0] in t.snapshots["fork_after"]:
                     wanted.append((i, "fork_after", chain[0]))
+    if root_start != "group_mean":
+        wanted += [(i, "session_start", chains(t)[0][0]) for i, t in enumerate(group)]
     wanted = [w for w in wanted if w[2] in group[w[0]].snapshots[w[1]]]
     requests = [Request(seed=seed + 7919 * n + m, options={"snapshot": group[i].snapshots[kind][sid]})
                 for n, (i, kind, sid) in enumerate(wanted) for m in range(continuations)]
     runs = collector.run(agent, requests, progress=None) if requests else []
     values = {w: float(np.mean([r.reward for r in runs[n * continuations:(n + 1) * continuations]]))
               for n, w in enumerate(wanted)}
-    return [_chain_contributions(t, lambda kind, sid, i=i: values.get((i, kind, sid)), mean_reward)
+    starts = [mean_reward] * len(group)
+    if root_start != "group_mean":
+        starts = [values[(i, "session_start", chains(t)[0][0])] for i, t in enumerate(group)]
+    return [_chain_contributions(t, lambda kind, sid, i=i: values.get((i, kind, sid)), starts[i], mean_reward)
             for i, t in enumerate(group)]
 
 
@@ -110,18 +133,22 @@ def likelihood_contributions(group: Sequence[Trajectory], model: torch.nn.Module
     return out
 
 
-def _chain_contributions(t: Trajectory, value: Callable[[str, int], float | None], mean_reward: float
-                         ) -> np.ndarray:
+def _chain_contributions(t: Trajectory, value: Callable[[str, int], float | None], root_start: float,
+                         mean_reward: float) -> np.ndarray:
     d = np.zeros(t.num_sessions)
     for chain in chains(t):
         head = chain[0]
+        if t.session(head)["kind"] == "fork" and value("fork_before", head) is None:
+            # No snapshot before the fork: the step that forked ended the episode, so the child and its
+            # compactions never acted. Their value neither rose nor fell (D = 0); the parent keeps the credit.
+            d[chain] = 0.0
+            continue
         if t.session(head)["kind"] == "fork":
             start = value("fork_before", head)
             end = value("fork_after", head) if head in t.snapshots["fork_after"] else t.reward
-            start = mean_reward if start is None else start
             end = t.reward if end is None else end
         else:
-            start, end = mean_reward, t.reward
+            start, end = root_start, t.reward
         # No snapshot at a session's start: the episode ended as it began (a handoff on the last step), so V
         # there is the final reward, and the session that never acted gets no credit.
         inner = [value("session_start", sid) for sid in chain[1:]]
@@ -142,16 +169,26 @@ def _final_context(t: Trajectory, sid: int) -> list[int] | None:
 
 
 def _around_fork(t: Trajectory, child: int) -> tuple[list[int] | None, list[int] | None]:
-    """The parent's prompt at its fork step, and at its next step (after the result arrived)."""
+    """The parent's prompt at the step that forked ``child``, and at its next step (after the result arrived).
+
+    The n-th fork child of a task is the n-th step at which the parent emitted ``fork(task)``: a well-formed
+    fork either creates its child or ends the episode (``max_fork_depth``, ``max_sessions``), so the two
+    orders agree. (Matching the first such step would score two forks of one task at the same contexts.)
+    """
     parent = t.session(child)["parent"]
     steps = t.steps.get(parent, [])
     task = t.session(child)["task"]
+    twins = [s["id"] for s in t.tree["sessions"]
+             if s["kind"] == "fork" and s["parent"] == parent and s["task"] == task]
+    wanted = twins.index(child)
     for k, step in enumerate(steps):
         try:
             action = parse_action(step.text)
         except ActionError:
             continue
         if action.name == "fork" and (task is None or action.arg == task):
-            after = list(steps[k + 1].prompt_ids) if k + 1 < len(steps) else None
-            return list(step.prompt_ids), after
+            if wanted == 0:
+                after = list(steps[k + 1].prompt_ids) if k + 1 < len(steps) else None
+                return list(step.prompt_ids), after
+            wanted -= 1
     return None, None

@@ -161,6 +161,19 @@ def test_beta_scales_the_session_term():
     assert full == pytest.approx(2 * half)
 
 
+def test_a_floor_under_the_contribution_spread_keeps_a_rare_failed_continuation_small():
+    # Issue 16: an all-success group of 8 two-session trajectories in which one continuation failed (D = -.5
+    # and +.5 for the last trajectory's sessions, 0 elsewhere). z(D) makes that unit size: beta * .5 / std(D),
+    # std(D) = sqrt(2 * .25 / 16). With a floor of 0.5 above that std, the term is beta * .5 / .5.
+    rows = np.repeat(np.arange(8), 2)
+    d = [0.0] * 14 + [-0.5, 0.5]
+    std = math.sqrt(2 * 0.25 / 16)
+    assert mosaic([1.0] * 8, rows, d)[-2:] == pytest.approx([-0.25 / std, 0.25 / std], rel=1e-4)
+    assert mosaic([1.0] * 8, rows, d, min_contribution_std=0.5)[-2:] == pytest.approx([-0.5, 0.5], rel=1e-4)
+    # Below the spread, the floor changes nothing.
+    assert mosaic([1.0] * 8, rows, d, min_contribution_std=0.1) == pytest.approx(mosaic([1.0] * 8, rows, d))
+
+
 def test_clip_bounds_the_final_advantage():
     # One success among 30: z = sqrt(29) > 5.
     rewards = [1.0] + [0.0] * 29
@@ -214,6 +227,7 @@ def test_estimators_do_not_modify_their_inputs():
         (lambda: broadcast([1.0, 0.0], [0.0, 1.0]), "session_traj"),
         (lambda: mosaic([1.0, 0.0], [0, 1], [0.1, 0.2, 0.3]), "contributions"),
         (lambda: mosaic([1.0, 0.0], [0, 1], clip=0.0), "clip"),
+        (lambda: mosaic([1.0, 0.0], [0, 1], min_contribution_std=-1.0), "min_contribution_std"),
         (lambda: session_usage([1.0, 0.0], [1]), "num_sessions"),
         (lambda: session_usage([1.0, 0.0], [1, 0]), "num_sessions"),
         (lambda: rollout_contributions([0.1, 0.2], [0.3]), "values_end"),

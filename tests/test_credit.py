@@ -154,17 +154,47 @@ def test_a_useless_session_gets_less_rollout_credit_than_a_useful_one(rollout_d)
 
 
 def test_rollout_contributions_are_value_differences_at_each_boundary(group, rollout_d):
-    # V = 1 where the fact reached the context acting next, else 0; chains start at the group's mean reward
-    # (root) or at V before the fork, and end at R (root) or at V once the result is back (fork).
-    m = np.mean([t.reward for t in group.values()])
-    assert rollout_d["useful"] == pytest.approx([1 - m, 0.0])
-    assert rollout_d["useless"] == pytest.approx([0 - m, 1.0])
-    assert rollout_d["fail"] == pytest.approx([0 - m])
-    # root chain [0, 3]: m -> V(start of 3) = 1 -> R = 1; fork chain [1, 2]: V before fork 0 -> 1 -> V after 1.
-    assert rollout_d["fork"] == pytest.approx([1 - m, 1.0, 0.0, 0.0])
+    # V = 1 where the fact reached the context acting next, else 0; root chains start at V(reset) (0 here:
+    # nothing seen yet) and fork chains at V before the fork; they end at R (root) or at V once the result
+    # is back (fork).
+    assert rollout_d["useful"] == pytest.approx([1.0, 0.0])
+    assert rollout_d["useless"] == pytest.approx([0.0, 1.0])
+    assert rollout_d["fail"] == pytest.approx([0.0])
+    # root chain [0, 3]: V(reset) 0 -> V(start of 3) = 1 -> R = 1; fork chain [1, 2]: V before fork 0 -> 1 -> 1.
+    assert rollout_d["fork"] == pytest.approx([1.0, 1.0, 0.0, 0.0])
     for name, t in group.items():
         root_chain = chains(t)[0]
-        assert rollout_d[name][root_chain].sum() == pytest.approx(t.reward - m)  # they telescope
+        assert rollout_d[name][root_chain].sum() == pytest.approx(t.reward - 0.0)  # they telescope from V(reset)
+
+
+def test_the_first_session_credit_does_not_depend_on_how_the_rest_of_the_group_ended(group):
+    # Issue 16's bias: a root chain that starts at the group's mean reward gives the first session less the
+    # more of the group succeeded (in an all-success group it can only lose). Started at V(reset) from
+    # continuations, a session's D is the same whatever the other trajectories' rewards.
+    def first(others: str, root_start: str) -> float:
+        runs = [group["useful"], group[others]]
+        d = rollout_contributions(runs, Collector(_make_env, 4), AnswerIfSeen(_make_env()), continuations=1,
+                                  seed=0, root_start=root_start)
+        return float(d[0][0])
+
+    assert first("useless", "rollout") == pytest.approx(first("fail", "rollout")) == pytest.approx(1.0)
+    # The old start, still available by name, is what moved: 1 - mean R is 0 in [useful, useless], 0.5 with fail.
+    assert first("useless", "group_mean") == pytest.approx(0.0)
+    assert first("fail", "group_mean") == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="root_start='mean'"):
+        first("fail", "mean")
+
+
+def test_a_fork_made_on_the_last_step_never_acts_and_gets_no_credit(group, task):
+    # Budget 1: the root's only step forks, and the episode ends there. The child never acted, so neither it
+    # nor the root (which started and ended at V = 0) moved anything.
+    env = _make_env()
+    t = _run(Scripted(env, [format_action("fork", task.question)]), task, budget=1)
+    assert [(s["kind"], s["steps"]) for s in t.tree["sessions"]] == [("root", 1), ("fork", 0)] and t.reward == 0.0
+    d = rollout_contributions([group["useful"], t], Collector(_make_env, 2), AnswerIfSeen(_make_env()),
+                              continuations=1, seed=0)
+    assert d[1] == pytest.approx([0.0, 0.0])
+    assert d[0] == pytest.approx([1.0, 0.0])
 
 
 def test_a_session_cut_off_by_the_budget_keeps_its_own_credit(group, task):
@@ -172,7 +202,7 @@ def test_a_session_cut_off_by_the_budget_keeps_its_own_credit(group, task):
     # that acted carries the trajectory's whole R - mean, and the one that never acted gets nothing.
     runs = [group["useful"], _cut(task)]
     d = rollout_contributions(runs, Collector(_make_env, 2), AnswerIfSeen(_make_env()), continuations=1, seed=0)
-    assert d[1] == pytest.approx([0.0 - 0.5, 0.0])
+    assert d[1] == pytest.approx([0.0 - 0.0, 0.0])  # R - V(reset), and 0 for the session that never acted
 
 
 def test_mosaic_advantage_ranks_the_useful_session_above_the_useless_one(group, rollout_d):
@@ -182,6 +212,29 @@ def test_mosaic_advantage_ranks_the_useful_session_above_the_useless_one(group, 
     first_row = np.cumsum([0] + [t.num_sessions for t in runs])
     useful, useless = first_row[0], first_row[1]
     assert a[useful] > a[useless]
+
+
+@pytest.mark.parametrize("m", [0, -1, 1.5])
+def test_rollout_contributions_need_at_least_one_continuation(group, m):
+    with pytest.raises(ValueError, match="at least 1 continuation"):
+        rollout_contributions([group["useful"]], Collector(_make_env, 1), AnswerIfSeen(_make_env()),
+                              continuations=m, seed=0)
+
+
+def test_continuations_below_one_are_refused_when_the_run_is_configured(capsys):
+    # Before: M = 0 passed every check and failed deep in the first iteration ("boundary_values must be
+    # finite", the mean of no continuations). Now the config and the command line refuse it, naming the fix.
+    from algos.config import TrainConfig
+    from mosaic_gym.cli import main
+
+    for m in (0, -2):
+        with pytest.raises(ValueError, match=r"continuations=1 or more"):
+            TrainConfig(continuations=m)
+    assert TrainConfig(continuations=1).continuations == 1
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", "--continuations", "0"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2 and "--continuations 1 or more" in err[-1]
 
 
 def test_rollout_contributions_need_snapshots(task):
@@ -254,6 +307,22 @@ def test_likelihood_credit_of_a_session_cut_off_by_the_budget_is_measured_at_its
     assert d[0] > 1.0 and d[1] == 0.0
 
 
+def test_two_forks_of_one_task_are_each_scored_around_their_own_fork_step(task, student):
+    # The root forks the same task twice; the first child finishes with nothing, the second with the answer.
+    # Each child is scored at the parent's prompts around its own fork, so only the second gets the credit
+    # (matching the first fork step for both gave them identical D).
+    env = _make_env()
+    fork = format_action("fork", task.question)
+    opening = [fork, format_action("finish", "nothing"), fork, format_action("finish", task.answer)]
+    t = _run(Scripted(env, opening), task, student=student)
+    sessions = t.tree["sessions"]
+    assert [(s["kind"], s["parent"], s["task"]) for s in sessions[:3]] == [
+        ("root", None, None), ("fork", 0, task.question), ("fork", 0, task.question)]
+    (d,) = likelihood_contributions([t], CopyModel(len(student.tokenizer)), student.encode_action, task.answer)
+    assert d[2] > d[1] + 1.0
+    assert abs(d[1]) < 1.0
+
+
 def test_likelihood_contributions_are_log_prob_differences_between_the_handoff_contexts(task, student, recorded):
     # With the real tiny policy: D of a compaction session = log p(gold | next session's first prompt) -
     # log p(gold | its own first prompt); of the last = its final context's minus its first prompt's.
@@ -270,3 +339,15 @@ def test_likelihood_contributions_are_log_prob_differences_between_the_handoff_c
                 _direct_logp(model, final, answer) - _direct_logp(model, first[1], answer)]
     assert d[0] == pytest.approx(expected, abs=1e-3)
 
+
+
+def test_the_credit_bench_repeats_exactly_and_scores_every_variant_on_the_same_sessions():
+    # bench_credit's figures (docs/algorithms.md, "Checks of the credit") come from one set of rollouts per
+    # seed, scored by every variant: same seed, same numbers; same trajectories counted by each variant.
+    from mosaic_gym.bench.bench_credit import VARIANTS, measure
+
+    small = dict(groups=3, group_size=4, num_envs=8, policy="context")
+    first, again = measure(1, **small), measure(1, **small)
+    assert first == again
+    assert len({first[name]["trajectories"] for name in VARIANTS}) == 1
+    assert first["continuation_steps_rollout"] > first["continuation_steps_group_mean"]  # M more per reset

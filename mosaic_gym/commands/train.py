@@ -73,7 +73,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--iterations", type=int, default=d.iterations, help="RL iterations")
     p.add_argument("--estimator", default=d.estimator, choices=["rollout", "likelihood"],
                    help="Mosaic: how marginal contributions are estimated")
-    p.add_argument("--continuations", type=int, default=d.continuations, help="Mosaic rollout estimator: M")
+    p.add_argument("--continuations", type=_continuations, default=d.continuations,
+                   help="Mosaic rollout estimator: M")
     p.add_argument("--lambda-use", type=float, default=d.pg.lambda_use, help="Mosaic: session-usage weight")
     p.add_argument("--beta", type=float, default=d.pg.beta, help="Mosaic: marginal-contribution weight")
     p.add_argument("--dr-grpo", nargs=0, const=True, default=False,
@@ -97,6 +98,23 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="continue the run in --out from its checkpoint, with the settings in its config.json "
                         "(flags given must agree with them; --iterations may change)")
     p.set_defaults(run=run, given=())
+
+
+def _continuations(text: str) -> int:
+    """``--continuations``: a positive integer, refused here rather than as a NaN value deep in the credit.
+
+    Example:
+        >>> _continuations("4")
+        4
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: the rollout estimator needs at least 1 continuation per "
+                                         "session boundary; give --continuations 1 or more (default 2)")
+    return value
 
 
 def config_from_args(args: argparse.Namespace):
