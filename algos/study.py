@@ -69,9 +69,11 @@ PRESETS: dict[str, dict[str, Any]] = {
         "bc_styles": FORK_STYLES, "bc_episodes": 120,
     },
 }
-# --quick: the same presets on a small site with tiny runs (what the tests run; numbers mean nothing).
-QUICK = {"bc_episodes": 8, "bc_epochs": 1, "iterations": 1, "tasks_per_iter": 2, "group_size": 4,
-         "eval_episodes": 1, "num_envs": 8}
+# --quick: the same presets on a small site with tiny runs (what the tests run; the numbers mean nothing).
+QUICK = {"bc_episodes": 4, "bc_epochs": 1, "iterations": 1, "tasks_per_iter": 1, "group_size": 4,
+         "eval_episodes": 1, "num_envs": 4, "continuations": 1}
+QUICK_ENV = {"compaction": {"site_size": 120, "hops": 1, "session_max_tokens": 700, "max_steps": 8},
+             "fork": {"site_size": 120, "hops": 2, "max_steps": 12}}
 FULL = {"iterations": 8, "tasks_per_iter": 6, "group_size": 8, "eval_episodes": 2, "num_envs": 48,
         "temperature": 1.0}
 
@@ -119,8 +121,8 @@ def run_configs(claim: str, out: str | Path, seeds: int = 3, quick: bool = False
     preset = copy.deepcopy(PRESETS[spec.preset])
     size = QUICK if quick else FULL
     if quick:
-        preset["env_kwargs"]["site_size"] = 120
-        preset["env_kwargs"]["hops"] = [1, 2] if spec.preset == "compaction" else [2, 3]
+        preset["env_kwargs"].update(QUICK_ENV[spec.preset])
+        preset["eval_budgets"] = [4, 8] if "eval_budgets" in preset else None
     runs = []
     for arm in spec.arms:
         for seed in range(seeds):
