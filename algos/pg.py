@@ -114,7 +114,7 @@ def choice_logprobs(model: torch.nn.Module, sequences: Sequence[TrainSequence], 
 
 def _chosen_logprobs(scores: torch.Tensor, sizes: Sequence[int], choices: Sequence[Choice]) -> torch.Tensor:
     """``log pi(chosen)`` of each choice, from every candidate's summed token log-prob (in choice order), by
-    :func:`agents.lm.candidate_log_policy`, the policy the agent sampled from (float64, back to float32 for the loss)."""
+    :func:`agents.lm.candidate_log_policy`, the policy the agent sampled from (float64; float32 for the loss)."""
     table = candidate_log_policy(scores, sizes, [len(c.candidates) for c in choices],
                                  [c.length_normalize for c in choices], [c.temperature for c in choices])
     picked = torch.tensor([c.index for c in choices], device=scores.device)[:, None]

@@ -338,7 +338,8 @@ def test_candidate_log_policy_is_each_choices_own_log_softmax():
     sizes, counts = [1, 2, 2, 3, 1], [2, 3]
     table = candidate_log_policy(sums, sizes, counts, [False, True], [0.5, 2.0])
     assert table.dtype == torch.float64 and table.shape == (2, 3) and table[0, 2] == float("-inf")
-    torch.testing.assert_close(table[0, :2], torch.log_softmax(torch.tensor([-3.0, -1.0], dtype=torch.float64) / 0.5, -1))
+    alone = torch.tensor([-3.0, -1.0], dtype=torch.float64)
+    torch.testing.assert_close(table[0, :2], torch.log_softmax(alone / 0.5, -1))
     mean = torch.tensor([-2.0 / 2, -6.0 / 3, -4.0 / 1], dtype=torch.float64)
     torch.testing.assert_close(table[1], torch.log_softmax(mean / 2.0, -1))
     table[1, 0].backward()

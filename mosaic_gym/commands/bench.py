@@ -49,7 +49,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--only", type=lambda text: [n.strip() for n in text.split(",") if n.strip()], default=None,
                    metavar="NAME,...", help="run only these benchmarks, e.g. env,trainer (default: all)")
     p.add_argument("--threads", type=int, default=None,
-                   help="torch CPU threads for rollout and trainer (default: 1 with --quick or --smoke, else torch's choice)")
+                   help="torch CPU threads for rollout and trainer (default: 1 with --quick or --smoke, "
+                        "else torch's choice)")
     p.add_argument("--out", type=Path, default=Path("bench-results"), metavar="DIR",
                    help="folder for bench.json and the PNG plot (default: bench-results)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
