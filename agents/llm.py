@@ -31,7 +31,7 @@ from envs.actions import call_complete
 from envs.prompts import render_transcript
 
 from .base import RecordingAgent
-from .lm import Branch, cache_kwarg, score_tree
+from .lm import Branch, cache_kwarg, candidate_log_policy, score_tree
 from .records import AgentStep
 
 KV = tuple[tuple[torch.Tensor, torch.Tensor], ...]
@@ -300,7 +300,10 @@ class LLMAgent(RecordingAgent):
         """Indices drawn from ``softmax(scores / temperature)`` per row (argmax at temperature 0)."""
         if self.temperature == 0:
             return scores.argmax(-1)
-        probs = torch.softmax(scores / self.temperature, -1)
+        return self._draw(torch.softmax(scores / self.temperature, -1))
+
+    def _draw(self, probs: torch.Tensor) -> torch.Tensor:
+        """One index per row of ``probs`` (rows summing to 1), from the agent's generator."""
         # argmax(p / E) with E ~ Exp(1) is a draw from p, and much cheaper than multinomial on CPU.
         noise = torch.empty_like(probs).exponential_(generator=self.generator)
         return (probs / noise).argmax(-1)
@@ -368,25 +371,34 @@ class LLMAgent(RecordingAgent):
             raise ValueError("every candidate must be a non-empty action string")
         host_mask = mask.bool().cpu()
         token_logprobs: dict[tuple[int, int], torch.Tensor] = {}
+        sums: dict[tuple[int, int], torch.Tensor] = {}
         for envs in self._score_chunks(cand_ids, mask.shape[1]):
             tree = [[Branch(ids, int(next_positions[e]), host_mask[e], (e,)) for ids in cand_ids[e]] for e in envs]
-            scored = iter(score_tree(self.model, _rows_of(cache, envs), tree, last, self._pad_id).per_branch())
-            token_logprobs.update({(e, c): next(scored).cpu() for e in envs for c in range(len(cand_ids[e]))})
+            scored = score_tree(self.model, _rows_of(cache, envs), tree, last, self._pad_id)
+            keys = [(e, c) for e in envs for c in range(len(cand_ids[e]))]
+            token_logprobs.update(zip(keys, (lp.cpu() for lp in scored.per_branch())))
+            sums.update(zip(keys, scored.sums().cpu()))
         del cache
+        # The policy a learner trains: this one, at temperature 1 when sampling is greedy.
+        policy = {"temperature": self.temperature or 1.0, "length_normalize": self.length_normalize}
+        counts = [len(ids) for ids in cand_ids]
+        log_policy = candidate_log_policy(
+            torch.stack([sums[(e, c)] for e, n in enumerate(counts) for c in range(n)]),
+            [len(ids) for env_ids in cand_ids for ids in env_ids], counts,
+            [policy["length_normalize"]] * len(counts), [policy["temperature"]] * len(counts))
         results = []
         for e, ids in enumerate(cand_ids):
-            lps = [token_logprobs[(e, c)] for c in range(len(ids))]
-            scores = torch.stack([lp.sum() / (len(lp) if self.length_normalize else 1) for lp in lps]).double()
+            logp = log_policy[e, : len(ids)]
             if self.temperature == 0:
-                probs = torch.nn.functional.one_hot(scores.argmax(), len(scores)).double()
+                choice = int(logp.argmax())
+                probs = torch.nn.functional.one_hot(torch.tensor(choice), len(ids)).double()
             else:
-                probs = torch.softmax(scores / self.temperature, -1)
-            choice = int(self._sample(scores[None].to(self.device))[0])
-            # The policy a learner trains: this softmax, at temperature 1 when sampling is greedy.
-            policy = {"temperature": self.temperature or 1.0, "length_normalize": self.length_normalize}
-            logprob = float(torch.log_softmax(scores / policy["temperature"], -1)[choice])
+                probs = logp.exp()
+                choice = int(self._draw(probs[None].to(self.device))[0])
+            lps = [token_logprobs[(e, c)] for c in range(len(ids))]
             step = AgentStep(
-                None, [], ids[choice], lps[choice].float(), candidates[e][choice], probs, choice, ids, policy, logprob
+                None, [], ids[choice], lps[choice].float(), candidates[e][choice], probs, choice, ids, policy,
+                float(logp[choice]),
             )
             # The cache covers the prompt; the chosen candidate's tokens are fed with the next step's suffix.
             results.append((step, prompt_kv[e]))

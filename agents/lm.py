@@ -7,6 +7,8 @@ trains is the one the agent sampled from by construction, not by a test keeping 
 - :func:`cache_kwarg`: the forward argument that takes a KV cache, whatever the Transformers version.
 - :func:`attention_mask_4d`: a custom ``(batch, 1, query, key)`` mask in the form the model's attention takes.
 - :func:`score_tree`: the token log-probs of many candidate continuations in one tree-masked pass over a cache.
+- :func:`candidate_log_policy`: the choose-mode policy, ``log softmax(score / temperature)`` over each choice's
+  candidates, from the candidates' summed token log-probs; the agent samples from it, the learner trains it.
 
 Example:
     >>> import torch
@@ -22,6 +24,9 @@ Example:
     >>> alone = model(torch.tensor([prompt + [7, 8]])).logits.log_softmax(-1)
     >>> bool(torch.allclose(scores.per_branch()[0], alone[0, [2, 3], [7, 8]], atol=1e-5)), scores.sizes
     (True, [2, 1])
+    >>> policy = candidate_log_policy(scores.sums().detach(), scores.sizes, [2], [True], [1.0])
+    >>> policy.dtype, policy.shape, round(float(policy.exp().sum()), 9)
+    (torch.float64, torch.Size([1, 2]), 1.0)
 """
 
 from __future__ import annotations
@@ -120,6 +125,41 @@ def score_tree(model: PreTrainedModel, cache: DynamicCache, rows: Sequence[Seque
         rest = torch.log_softmax(logits[later[:, 0], later[:, 1]].float(), -1).gather(1, later[:, 2:]).squeeze(1)
     owner_t = torch.tensor(owner, dtype=torch.long, device=device)
     return TreeScores(first, rest, owner_t, [len(b.ids) for b in branches])
+
+
+def candidate_log_policy(sums: torch.Tensor, sizes: Sequence[int], counts: Sequence[int],
+                         length_normalize: Sequence[bool], temperature: Sequence[float]) -> torch.Tensor:
+    """``log pi`` over the candidates of each choice, ``pi = softmax(score / temperature)``: the choose-mode policy.
+
+    Args:
+        sums: ``(candidates,)``, each candidate's summed token log-prob (:meth:`TreeScores.sums`), the choices'
+            candidates one after another.
+        sizes: each candidate's number of tokens.
+        counts: each choice's number of candidates (summing to ``len(sums)``).
+        length_normalize: per choice, whether its ``score`` is the mean token log-prob (else the sum).
+        temperature: per choice, the softmax temperature (positive).
+
+    Returns:
+        ``(choices, max(counts))`` float64, ``-inf`` past a choice's own candidates. The agent samples from this
+        table and the learner differentiates it (gradients flow to ``sums``): one function in one dtype, so the
+        probability an action was sampled with is the one the learner's ratio starts from, to float64 rounding.
+        float64 because the reduction is a few numbers per step, and the agent's records (``choice_probs``)
+        must sum to 1 exactly enough to be checked.
+    """
+    if len(counts) != len(length_normalize) or len(counts) != len(temperature) or sum(counts) != len(sums):
+        raise ValueError("candidate_log_policy: counts, length_normalize and temperature need one entry per "
+                         "choice, and counts must add up to len(sums)")
+    device = sums.device
+    # The mean is taken in the scorer's float32, as the acting agent always has, before the float64 softmax.
+    per_token = sums / torch.tensor(sizes, dtype=sums.dtype, device=device)
+    normalize = torch.tensor([n for n, count in zip(length_normalize, counts) for _ in range(count)], device=device)
+    scores = torch.where(normalize, per_token, sums).double()
+    most = max(counts)
+    slot = torch.tensor([i * most + m for i, count in enumerate(counts) for m in range(count)], device=device)
+    table = torch.full((len(counts) * most,), float("-inf"), dtype=torch.float64, device=device)
+    table = table.index_put((slot,), scores).view(len(counts), most)
+    temperatures = torch.tensor(temperature, dtype=torch.float64, device=device)[:, None]
+    return torch.log_softmax(table / temperatures, -1)
 
 
 def _tree_inputs(rows: Sequence[Sequence[Branch]], pad_id: int

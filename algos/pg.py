@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 import numpy as np
 import torch
 
-from agents.lm import Branch, cache_kwarg, score_tree
+from agents.lm import Branch, cache_kwarg, candidate_log_policy, score_tree
 from agents.records import Choice, TrainSequence
 
 from . import advantages as adv
@@ -113,22 +113,12 @@ def choice_logprobs(model: torch.nn.Module, sequences: Sequence[TrainSequence], 
 
 
 def _chosen_logprobs(scores: torch.Tensor, sizes: Sequence[int], choices: Sequence[Choice]) -> torch.Tensor:
-    """``log pi(chosen)`` of each choice, from every candidate's summed token log-prob (in choice order).
-
-    ``pi = softmax(score / temperature)`` over a choice's candidates, ``score`` the mean token log-prob where
-    the choice says ``length_normalize``. The choices become the rows of one table, -inf past their own.
-    """
-    device = scores.device
-    most = max(len(c.candidates) for c in choices)
-    slot = [i * most + m for i, c in enumerate(choices) for m in range(len(c.candidates))]
-    sizes_t = torch.tensor(sizes, dtype=torch.float, device=device)
-    normalize = torch.tensor([c.length_normalize for c in choices for _ in c.candidates], device=device)
-    scores = torch.where(normalize, scores / sizes_t, scores)
-    table = torch.full((len(choices) * most,), float("-inf"), device=device).index_put(
-        (torch.tensor(slot, device=device),), scores).view(len(choices), most)
-    temperature = torch.tensor([c.temperature for c in choices], device=device)[:, None]
-    picked = torch.tensor([c.index for c in choices], device=device)[:, None]
-    return torch.log_softmax(table / temperature, -1).gather(1, picked).squeeze(1)
+    """``log pi(chosen)`` of each choice, from every candidate's summed token log-prob (in choice order), by
+    :func:`agents.lm.candidate_log_policy`, the policy the agent sampled from (float64; float32 for the loss)."""
+    table = candidate_log_policy(scores, sizes, [len(c.candidates) for c in choices],
+                                 [c.length_normalize for c in choices], [c.temperature for c in choices])
+    picked = torch.tensor([c.index for c in choices], device=scores.device)[:, None]
+    return table.gather(1, picked).squeeze(1).float()
 
 
 def _branches(choice: Choice, row: int, length: int, column: dict[int, int]) -> list[Branch]:

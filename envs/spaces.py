@@ -6,9 +6,17 @@ keeps ``Text`` as its base class so vector envs batch it like ``Text``, but cont
 printable text with spaces, punctuation and tool-call syntax. ``AsyncVectorEnv``'s shared memory carries it
 as UTF-8 bytes (up to :data:`SHARED_MEMORY_BYTES` an env; beyond that, a clear error names the fix).
 
->>> space = AnyText()
+``max_length`` says how long a text the env really sends or reads (the WebQA env's observations run to
+:data:`SHARED_MEMORY_BYTES` characters, its actions are read to :data:`envs.actions.MAX_ACTION_CHARS`), but
+``sample()`` stays cheap: it draws at most ``sample_length`` characters (256 by default). A random string is a
+smoke test's action whatever its length, and drawing 100,000 characters would cost a Python loop each.
+
+>>> space = AnyText(max_length=100_000)
 >>> space.contains('search("Edra Vane")'), space.contains(3)
 (True, False)
+>>> _ = space.seed(0)
+>>> len(space.sample()) <= space.sample_length == 256
+True
 """
 
 from __future__ import annotations
@@ -27,17 +35,27 @@ _SAMPLE_SNIPPETS = ('search("', 'open(', 'scroll("down")', 'answer("', '")', "<t
 
 
 class AnyText(Text):
-    """Any Python ``str``; ``sample()`` draws up to ``max_length`` printable characters and tool-call pieces."""
+    """Any Python ``str``, the longest one sent being ``max_length`` characters.
 
-    def __init__(self, max_length: int = 256, seed: int | np.random.Generator | None = None):
+    ``sample()`` draws up to ``min(max_length, sample_length)`` printable characters and tool-call pieces.
+    ``contains`` accepts any ``str``, longer ones too: ``max_length`` describes the env, it does not police it
+    (an action past it is read to its first ``max_length`` characters; an observation past it is refused only
+    by ``AsyncVectorEnv``'s shared memory, with an error naming the fix).
+    """
+
+    def __init__(self, max_length: int = 256, seed: int | np.random.Generator | None = None,
+                 sample_length: int = 256):
         super().__init__(max_length=max_length, min_length=0, charset=_SAMPLE_CHARS, seed=seed)
+        if not np.issubdtype(type(sample_length), np.integer) or sample_length < 0:
+            raise ValueError(f"sample_length must be an int >= 0, got {sample_length!r}")
+        self.sample_length = int(sample_length)
 
     def contains(self, x: Any) -> bool:
         return isinstance(x, str)
 
     def sample(self, mask: Any = None, probability: Any = None) -> str:
         pieces = []
-        length = int(self.np_random.integers(0, self.max_length + 1))
+        length = int(self.np_random.integers(0, min(self.max_length, self.sample_length) + 1))
         while sum(map(len, pieces)) < length:
             if self.np_random.random() < 0.2:
                 pieces.append(_SAMPLE_SNIPPETS[int(self.np_random.integers(len(_SAMPLE_SNIPPETS)))])

@@ -35,7 +35,7 @@ from .backends import Backend, BrowserCrashed, TextBackend
 from .checks import check_bool, check_int, is_int, shown
 from .prompts import (ANSWER_IN_SUBAGENT, FINISH_IN_ROOT, NO_PAGE_OPEN, REPLY_BECAME_SUMMARY, ROLE_TAG, budget_note,
                       context_full_note, render_transcript, system_prompt, task_message)
-from .spaces import AnyText
+from .spaces import SHARED_MEMORY_BYTES, AnyText
 from .tokens import CheckedCounter, TokenCounter, approx_tokens
 from .web.browser import CHUNK_TOKENS, PageView
 from .web.corpus import TASK_EXAMPLE, TASKS_FILE
@@ -240,8 +240,13 @@ class WebQAEnv(gym.Env[str, str]):
         # Pages are shown again and again: remember what each shown text mentions.
         self._mentions = functools.lru_cache(maxsize=65_536)(self.site.mentions)
         self._fact_lines = functools.lru_cache(maxsize=65_536)(self._lines_with_mentions)
-        self.observation_space = AnyText()
-        self.action_space = AnyText()
+        # What is really sent. An observation is a session's context, kept within session_max_tokens (about
+        # 16k characters at the default window and counter) until one step overshoots it; its bound is the most
+        # AsyncVectorEnv's shared memory carries, every observation that fits being at most that many
+        # characters (UTF-8 takes a byte a character or more). The window cannot bound it: the token counter is
+        # the user's, and an action is kept in the context verbatim. An action is read to MAX_ACTION_CHARS.
+        self.observation_space = AnyText(max_length=SHARED_MEMORY_BYTES)
+        self.action_space = AnyText(max_length=MAX_ACTION_CHARS)
         self.state: EpisodeState | None = None
 
     # ------------------------------------------------------------------------------------------------

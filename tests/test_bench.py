@@ -1,5 +1,6 @@
-"""``mosaic bench``: the quick run measures every benchmark and writes well-formed results.
+"""``mosaic bench``: a run measures every benchmark and writes well-formed results.
 
+The shape of a report does not depend on its settings, so the check runs the smallest (``--smoke``, seconds).
 Speeds depend on the machine and on whatever else runs on it, so nothing here asserts one.
 """
 
@@ -8,6 +9,9 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
+
+from mosaic_gym.bench import bench_env
 from mosaic_gym.cli import main
 
 BENCHMARKS = {"site", "env", "playwright", "rollout", "trainer"}
@@ -15,11 +19,11 @@ ROW_KEYS = {"bench", "name", "value", "unit", "baseline", "baseline_value", "bas
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def test_quick_bench_reports_every_benchmark_beside_its_baseline(tmp_path, capsys):
-    assert main(["bench", "--quick", "--out", str(tmp_path), "--no-progress"]) == 0
+def test_bench_reports_every_benchmark_beside_its_baseline(tmp_path, capsys):
+    assert main(["bench", "--smoke", "--out", str(tmp_path), "--no-progress"]) == 0
     result = json.loads((tmp_path / "bench.json").read_text())
 
-    assert result["quick"] is True and result["errors"] == {}
+    assert result["settings"] == "smoke" and result["errors"] == {}
     assert set(result["benchmarks"]) == BENCHMARKS == set(result["seconds"])
     machine = result["machine"]
     assert machine["cpus"] >= 1 and machine["torch_threads"] == 1
@@ -33,7 +37,7 @@ def test_quick_bench_reports_every_benchmark_beside_its_baseline(tmp_path, capsy
         if row["baseline_value"] is not None:
             assert row["ratio"] == round(row["value"] / row["baseline_value"], 4), row
     env = result["benchmarks"]["env"]
-    assert [site["size"] for site in env["sites"]] == [300, 1000]
+    assert env["settings"] == "smoke" and [site["size"] for site in env["sites"]] == list(env["config"]["sizes"])
     levels = [level["context_tokens"] for level in env["context"]["levels"]]
     assert levels == sorted(levels) and levels[-1] > env["config"]["window"] // 2
 
@@ -41,6 +45,14 @@ def test_quick_bench_reports_every_benchmark_beside_its_baseline(tmp_path, capsy
     printed = capsys.readouterr().out
     assert "| benchmark | figure | value | bare baseline | baseline value | ratio |" in printed
     assert printed.count("\n| ") == 1 + len(rows)  # the header, then one line per figure
+
+
+def test_settings_are_one_flag_and_a_benchmark_refuses_unknown_ones(capsys):
+    with pytest.raises(SystemExit):
+        main(["bench", "--quick", "--smoke"])
+    assert "not allowed with argument --quick" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="unknown settings 'tiny': choose among full, quick, smoke"):
+        bench_env.run("tiny")
 
 
 def test_unknown_benchmark_is_refused_naming_the_choices(capsys):

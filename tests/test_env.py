@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import warnings
 
 import gymnasium as gym
 import numpy as np
@@ -11,7 +12,8 @@ from gymnasium.utils.env_checker import check_env
 
 import envs
 from agents import OracleAgent, RandomAgent
-from envs.actions import format_action, parse_action
+from envs.actions import MAX_ACTION_CHARS, ActionError, format_action, parse_action
+from envs.spaces import SHARED_MEMORY_BYTES, AnyText
 from conftest import SITE_SIZE, record_stream
 
 IDS = sorted(envs.VARIANTS)
@@ -37,7 +39,54 @@ def run(env, agent, seed=0, options=None):
 @pytest.mark.parametrize("env_id", IDS)
 def test_check_env_passes_for_every_registered_id(env_id):
     env = make(env_id, candidates=True)
-    check_env(env.unwrapped, skip_render_check=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        check_env(env.unwrapped, skip_render_check=False)
+    assert [str(w.message) for w in caught] == []
+
+
+def test_spaces_describe_what_is_sent_and_read():
+    env = make(session_max_tokens=300, max_steps=12)
+    space = env.observation_space
+    assert (env.action_space.max_length, space.max_length) == (MAX_ACTION_CHARS, SHARED_MEMORY_BYTES)
+    # The action space's bound is the parser's: a call within it is read, one past it is not.
+    pad = " " * (env.action_space.max_length - len('answer("x")'))
+    assert parse_action(pad + 'answer("x")').name == "answer"
+    with pytest.raises(ActionError, match="at most"):
+        parse_action(pad + ' answer("x")')
+    # The observation space's bound is what AsyncVectorEnv's shared memory carries, to the character.
+    vec_space = gym.vector.utils.batch_space(space, 1)
+    memory = gym.vector.utils.create_shared_memory(vec_space, n=1)
+    fits = "x" * space.max_length
+    gym.vector.utils.write_to_shared_memory(vec_space, 0, (fits,), memory)
+    assert tuple(gym.vector.utils.read_from_shared_memory(vec_space, memory, n=1)[0]) == (fits,)
+    with pytest.raises(ValueError, match="shared_memory"):
+        gym.vector.utils.write_to_shared_memory(vec_space, 0, (fits + "x",), memory)
+    # Real observations, past a full window and a forced compaction, stay within it.
+    obs, info = env.reset(seed=0)
+    agent = OracleAgent(env, compact_at=None)
+    observations = [obs]
+    while True:
+        obs, _, terminated, truncated, info = env.step(agent.act(obs, info))
+        observations.append(obs)
+        if terminated or truncated:
+            break
+    assert any(env.unwrapped.count_tokens(o) > 300 for o in observations)
+    assert all(space.contains(o) and len(o) <= space.max_length for o in observations)
+
+
+def test_space_samples_stay_short_and_follow_the_seed():
+    env = make()
+    for space in (env.observation_space, env.action_space):
+        space.seed(5)
+        first = [space.sample() for _ in range(20)]
+        space.seed(5)
+        assert [space.sample() for _ in range(20)] == first
+        assert all(isinstance(t, str) and len(t) <= space.sample_length for t in first)
+        assert max(map(len, first)) > space.sample_length // 2  # lengths spread up to the cap, not near 0
+    assert len(AnyText(max_length=3, sample_length=100, seed=0).sample()) <= 3
+    with pytest.raises(ValueError, match="sample_length"):
+        AnyText(sample_length=-1)
 
 
 @pytest.mark.parametrize("env_id", IDS)

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from agents.llm import LLMAgent, tool_call_complete
+from agents.lm import candidate_log_policy
 from agents.records import AgentStep, pack_session
 from agents.models import build_tiny_model, train_tokenizer
 from envs.prompts import render_transcript
@@ -308,6 +309,43 @@ def test_choose_batches_envs_and_small_score_budgets_agree(tiny):
         probs.append([s.choice_probs for s in steps])
     for a, b in zip(*probs):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+
+
+def test_choose_records_the_policy_the_learner_computes(tiny):
+    # The agent's recorded probabilities and log-prob are candidate_log_policy's, the learner's function, applied
+    # to the candidates' token log-probs: acting and learning share one policy, not two copies kept equal.
+    model, tokenizer = tiny
+    messages = _messages("where was Edra Vane born?")
+    candidates = ['search("Edra Vane")', "open(3)", 'answer("Oskarde")']
+    for temperature, normalize in ((0.7, True), (1.3, False), (0.0, True)):
+        agent = LLMAgent(model, tokenizer, mode="choose", temperature=temperature, length_normalize=normalize, seed=0)
+        _, step = _acted(agent, render_transcript(messages), _info(messages, candidates=candidates))
+        sums = torch.stack([_reference_logprobs(model, AgentStep(0, step.prompt_ids, ids, torch.zeros(len(ids)), ""))
+                            .sum() for ids in step.candidate_ids])
+        expected = candidate_log_policy(sums, [len(ids) for ids in step.candidate_ids], [len(candidates)],
+                                        [normalize], [temperature or 1.0])[0]
+        assert step.choice_policy == {"temperature": temperature or 1.0, "length_normalize": normalize}
+        torch.testing.assert_close(torch.tensor(step.choice_logprob, dtype=torch.float64), expected[step.choice],
+                                   atol=1e-4, rtol=0)
+        if temperature:
+            torch.testing.assert_close(step.choice_probs, expected.exp(), atol=1e-4, rtol=0)
+        else:
+            assert step.choice == int(expected.argmax()) and float(step.choice_probs[step.choice]) == 1.0
+
+
+def test_candidate_log_policy_is_each_choices_own_log_softmax():
+    sums = torch.tensor([-3.0, -1.0, -2.0, -6.0, -4.0], requires_grad=True)
+    sizes, counts = [1, 2, 2, 3, 1], [2, 3]
+    table = candidate_log_policy(sums, sizes, counts, [False, True], [0.5, 2.0])
+    assert table.dtype == torch.float64 and table.shape == (2, 3) and table[0, 2] == float("-inf")
+    alone = torch.tensor([-3.0, -1.0], dtype=torch.float64)
+    torch.testing.assert_close(table[0, :2], torch.log_softmax(alone / 0.5, -1))
+    mean = torch.tensor([-2.0 / 2, -6.0 / 3, -4.0 / 1], dtype=torch.float64)
+    torch.testing.assert_close(table[1], torch.log_softmax(mean / 2.0, -1))
+    table[1, 0].backward()
+    assert sums.grad[:2].abs().sum() == 0 and sums.grad[2:].abs().sum() > 0
+    with pytest.raises(ValueError, match="counts must add up"):
+        candidate_log_policy(sums.detach(), sizes, [2, 2], [False, True], [1.0, 1.0])
 
 
 def test_choose_without_candidates_says_how_to_get_them(tiny):

@@ -28,9 +28,26 @@ TEXTS = ['Question: where was Edra Vane born? search("Edra Vane") open(1) answer
 CPU = torch.device("cpu")
 
 
+def _env_texts() -> list[str]:
+    """Observations of the env the rollout tests play, past their first search."""
+    env = gym.make("mosaic/WebQA-v0", site_size=SITE_SIZE, hops=1, max_steps=3, candidates=True, chunk_tokens=96)
+    texts = []
+    for seed in range(3):
+        _, info = env.reset(seed=seed)
+        texts.append(env.step(info["candidates"][0])[0])
+    return texts
+
+
 @pytest.fixture(scope="module")
 def tokenizer():
     return train_tokenizer(TEXTS, vocab_size=300)
+
+
+@pytest.fixture(scope="module")
+def env_tokenizer():
+    """For real rollouts: trained on the env's own text too, so a context is about half as many tokens (and the
+    tests that play and re-score rollouts about half as long) as under a tokenizer that has seen only the TEXTS."""
+    return train_tokenizer(TEXTS + _env_texts() * 5, vocab_size=600)
 
 
 @pytest.fixture
@@ -333,22 +350,28 @@ def test_session_advantages_are_keyed_by_trajectory_and_session(model):
 
 
 @pytest.mark.parametrize("mode", ["choose", "generate"])
-def test_first_ratio_is_one_on_real_rollouts(tokenizer, mode):
+def test_first_ratio_is_one_on_real_rollouts(env_tokenizer, choose_rollouts, mode):
     # The learner re-scores the packed sessions with the same weights: every generated token's log-prob must equal
     # the one the agent recorded while sampling (KV caches, tree-masked candidate scoring, batching, a sampling
     # temperature other than 1), or the ratio would not start at 1.
-    model = build_tiny_model(tokenizer, "1m", seed=1)
-    make = lambda: gym.make("mosaic/WebQA-v0", site_size=SITE_SIZE, hops=1, max_steps=3, candidates=True,  # noqa: E731
-                            chunk_tokens=96)
-    agent = LLMAgent(model, tokenizer, mode=mode, temperature=0.5, max_new_tokens=6, seed=0)
-    runs = Collector(make, 3).run(agent, [Request(seed=s, options={}) for s in range(3)])
-    seqs = [s for t in runs for rows in session_sequences(t).values() for s in rows]
+    if mode == "choose":
+        model, _, seqs = choose_rollouts
+        seqs = copy.deepcopy(seqs)
+    else:
+        model = build_tiny_model(env_tokenizer, "1m", seed=1)
+        make = lambda: gym.make("mosaic/WebQA-v0", site_size=SITE_SIZE, hops=1, max_steps=3,  # noqa: E731
+                                candidates=True, chunk_tokens=96)
+        agent = LLMAgent(model, env_tokenizer, mode=mode, temperature=0.5, max_new_tokens=6, seed=0)
+        runs = Collector(make, 3).run(agent, [Request(seed=s, options={}) for s in range(3)])
+        seqs = [s for t in runs for rows in session_sequences(t).values() for s in rows]
     assert sum(s.num_generated for s in seqs) > 0
     for s, lp in zip(seqs, _logprobs(model, seqs)):
         gen = np.array(s.gen_mask)
         np.testing.assert_allclose(np.array(lp)[gen], np.array(s.old_logprobs)[gen], atol=2e-4)
+    before = copy.deepcopy(model.state_dict())
     stats = PolicyGradient(model, PGConfig(lr=0.0)).update(seqs)
     assert abs(stats["approx_kl"]) < 1e-4 and stats["clip_fraction"] == 0.0
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # (the shared model is unchanged)
 
 
 def test_docstring_examples_run():
@@ -367,9 +390,15 @@ def _choose_rollouts(tokenizer, model, temperature=0.5, n=3):
     return runs, [s for t in runs for rows in session_sequences(t).values() for s in rows]
 
 
-def test_choice_logprobs_match_the_softmax_the_agent_sampled_from(tokenizer):
-    model = build_tiny_model(tokenizer, "1m", seed=1)
-    runs, seqs = _choose_rollouts(tokenizer, model)
+@pytest.fixture(scope="module")
+def choose_rollouts(env_tokenizer):
+    """``(model, runs, sequences)``: choose-mode rollouts at temperature 0.5, read by two tests (not changed)."""
+    model = build_tiny_model(env_tokenizer, "1m", seed=1)
+    return (model, *_choose_rollouts(env_tokenizer, model))
+
+
+def test_choice_logprobs_match_the_softmax_the_agent_sampled_from(choose_rollouts):
+    model, runs, seqs = choose_rollouts
     steps = [s for t in runs for ss in t.steps.values() for s in ss]
     assert sum(len(s.choices) for s in seqs) == len(steps) > 3
     with torch.no_grad():
@@ -380,11 +409,11 @@ def test_choice_logprobs_match_the_softmax_the_agent_sampled_from(tokenizer):
     np.testing.assert_allclose(old[mask].numpy(), recorded.numpy(), atol=1e-5)
 
 
-def test_choice_gradient_equals_the_gradient_of_the_candidate_log_softmax_by_separate_passes(tokenizer):
+def test_choice_gradient_equals_the_gradient_of_the_candidate_log_softmax_by_separate_passes(env_tokenizer):
     # Independent check of the tree pass, gradient included: score every candidate in its own full forward pass
     # (prefix + candidate), take log softmax over candidates at the policy's temperature, backpropagate.
-    model = build_tiny_model(tokenizer, "1m", seed=2)
-    _, seqs = _choose_rollouts(tokenizer, model, temperature=0.7, n=2)
+    model = build_tiny_model(env_tokenizer, "1m", seed=2)
+    _, seqs = _choose_rollouts(env_tokenizer, model, temperature=0.7, n=2)
     seq = next(s for s in seqs if len(s.choices) >= 2)
     model.zero_grad()
     logp, _, mask = algos.pg.choice_logprobs(model, [seq], CPU)
@@ -407,9 +436,9 @@ def test_choice_gradient_equals_the_gradient_of_the_candidate_log_softmax_by_sep
 
 
 @pytest.mark.parametrize("advantage", [1.0, -1.0])
-def test_one_choose_step_moves_the_probability_of_the_chosen_candidate_with_the_advantage(tokenizer, advantage):
-    model = build_tiny_model(tokenizer, "1m", seed=3)
-    _, seqs = _choose_rollouts(tokenizer, model, temperature=1.0, n=2)
+def test_one_choose_step_moves_the_probability_of_the_chosen_candidate_with_the_advantage(env_tokenizer, advantage):
+    model = build_tiny_model(env_tokenizer, "1m", seed=3)
+    _, seqs = _choose_rollouts(env_tokenizer, model, temperature=1.0, n=2)
     seq = next(s for s in seqs if any(len(c.candidates) > 1 for c in s.choices))
     seq.choices = [c for c in seq.choices if len(c.candidates) > 1][:1]  # (a single candidate has log pi = 0)
     seq.advantage = advantage

@@ -22,6 +22,7 @@ cost against context length as a PNG.
 Usage:
     python bench/bench_env.py                        # sites of 1000, 3000 and 10000 entities; a 32k-token window
     python bench/bench_env.py --quick                # sites of 300 and 1000; a 16k-token window
+    python bench/bench_env.py --smoke                # a site of 150; a 4k-token window; a few steps
     python bench/bench_env.py --out env.json --plot env.png
 """
 
@@ -41,7 +42,7 @@ import gymnasium as gym
 
 import envs  # noqa: F401  (registers the environments)
 from agents import OracleAgent
-from mosaic_gym.bench.common import Recorder, emit, figure, machine
+from mosaic_gym.bench.common import Recorder, add_settings_flags, emit, figure, machine, settings_argv
 from envs.actions import format_action
 from envs.backends import TextBackend
 from envs.web.browser import CHUNK_TOKENS, html_to_view
@@ -53,6 +54,8 @@ TARGET_STEPS_PER_S = 5000
 COPIES = 20  # observation copies timed together: one alone is too short to time steadily
 QUICK = {"sizes": (300, 1000), "steps": 600, "repeat": 2, "window": 16384, "block": 8, "block_repeat": 10}
 FULL = {"sizes": (1000, 3000, 10000), "steps": 3000, "repeat": 3, "window": 32768, "block": 12, "block_repeat": 30}
+SMOKE = {"sizes": (150,), "steps": 40, "repeat": 1, "window": 4096, "block": 4, "block_repeat": 1}
+CONFIGS = {"full": FULL, "quick": QUICK, "smoke": SMOKE}
 
 
 @dataclass
@@ -241,14 +244,16 @@ def context_scaling(size: int, seed: int, window: int, block: int, repeat: int) 
     }
 
 
-def run(quick: bool = False, seed: int = 0) -> dict[str, Any]:
-    """The whole benchmark as one JSON-ready dict (``quick``: smaller sites, a smaller window)."""
-    config = QUICK if quick else FULL
+def run(settings: str = "full", seed: int = 0) -> dict[str, Any]:
+    """The whole benchmark as one JSON-ready dict (``settings``: one of :data:`~mosaic_gym.bench.common.SETTINGS`;
+    ``quick`` and ``smoke`` have smaller sites and windows)."""
+    settings_argv(settings)
+    config = CONFIGS[settings]
     sizes = [bench_size(size, seed, config["steps"], config["repeat"]) for size in config["sizes"]]
     largest = sizes[-1]
     return {
         "bench": "env",
-        "quick": quick,
+        "settings": settings,
         "machine": machine(PACKAGES),
         "config": {"env_id": ENV_ID, "seed": seed, "agent": "OracleAgent(compact_at=0.5, fork=True)",
                    **config},
@@ -312,12 +317,13 @@ def plot(result: dict[str, Any], path: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="sites of 300 and 1000 entities, a 16k window")
+    add_settings_flags(parser, quick="sites of 300 and 1000 entities, a 16k window",
+                       smoke="a site of 150 entities, a 4k window, a few steps")
     parser.add_argument("--seed", type=int, default=0, help="builtin site seed")
     parser.add_argument("--out", type=Path, help="also write the JSON here")
     parser.add_argument("--plot", type=Path, help="write the scaling plot (PNG) here")
     args = parser.parse_args(argv)
-    result = run(args.quick, args.seed)
+    result = run(args.settings, args.seed)
     emit(result, args.out)
     if args.plot:
         plot(result, args.plot)

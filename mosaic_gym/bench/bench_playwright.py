@@ -16,6 +16,7 @@ Prints one JSON object (and writes it to ``--out``).
 Usage:
     python bench/bench_playwright.py                 # builtin site of 500 entities, 240 steps, 1 vs 5 envs
     python bench/bench_playwright.py --quick         # 150 entities, 48 steps, 1 vs 3 envs
+    python bench/bench_playwright.py --smoke         # 150 entities, 8 steps, 1 vs 2 envs
     python bench/bench_playwright.py --site tests/fixtures/corpus_html --out bench_playwright.json
 """
 
@@ -33,7 +34,7 @@ from typing import Any
 import gymnasium as gym
 
 import envs  # noqa: F401  (registers the environments)
-from mosaic_gym.bench.common import Recorder, emit, figure, machine
+from mosaic_gym.bench.common import Recorder, add_settings_flags, emit, figure, fill_defaults, machine, settings_argv
 from envs.actions import format_action
 from envs.playwright_backend import ORIGIN, PlaywrightBackend, child_processes
 from envs.web import Task
@@ -239,12 +240,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--site-size", type=int, default=None, help="builtin entities (default 500; quick 150)")
     parser.add_argument("--steps", type=int, default=None, help="env steps to time (default 240; quick 48)")
     parser.add_argument("--envs", type=int, default=None, help="envs for the memory test (default 5; quick 3)")
-    parser.add_argument("--quick", action="store_true", help="a smaller site, fewer steps and envs")
+    add_settings_flags(parser, quick="a smaller site, fewer steps and envs",
+                       smoke="a smaller site, 8 steps, 2 envs")
     parser.add_argument("--out", type=Path, help="also write the JSON here")
     args = parser.parse_args(argv)
-    args.site_size = args.site_size or (150 if args.quick else 500)
-    args.steps = args.steps or (48 if args.quick else 240)
-    args.envs = args.envs or (3 if args.quick else 5)
+    fill_defaults(args, {"full": dict(site_size=500, steps=240, envs=5), "quick": dict(site_size=150, steps=48, envs=3),
+                         "smoke": dict(site_size=150, steps=8, envs=2)})
     if args.envs < 2:
         parser.error("--envs must be at least 2: memory per extra env compares 1 env with N")
     return args
@@ -269,16 +270,16 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "bench": "playwright_backend",
         "machine": {**machine_before, "load_average_1min_after": round(os.getloadavg()[0], 2)},
         "config": {"env_id": ENV_ID, "site": args.site, "site_size": args.site_size, "steps": args.steps,
-                   "quick": args.quick},
+                   "settings": args.settings},
         "text": text,
         "playwright": playwright,
         "memory": memory_per_env(args),
     }
 
 
-def run(quick: bool = False) -> dict[str, Any]:
-    """The benchmark with its default settings (``quick``: a smaller site, fewer steps and envs)."""
-    return measure(parse_args(["--quick"] if quick else []))
+def run(settings: str = "full") -> dict[str, Any]:
+    """The benchmark with its default ``settings`` (``quick``, ``smoke``: a smaller site, fewer steps and envs)."""
+    return measure(parse_args(settings_argv(settings)))
 
 
 def figures(result: dict[str, Any]) -> list[dict[str, Any]]:

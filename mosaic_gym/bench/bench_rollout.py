@@ -10,6 +10,7 @@ to ``--out``): generated tokens a second for each, and ``ratio`` = rollout token
 Usage:
     python bench/bench_rollout.py                       # tiny-3m, batch 8
     python bench/bench_rollout.py --quick               # tiny-1m, batch 4, fewer steps and tokens
+    python bench/bench_rollout.py --smoke               # tiny-1m, batch 2, 1 step, 4 new tokens
     python bench/bench_rollout.py --model smollm2 --batch 16
 """
 
@@ -28,7 +29,8 @@ import torch
 
 import envs  # noqa: F401  (registers the environments)
 from agents.llm import LLMAgent
-from mosaic_gym.bench.common import emit, figure, fill_defaults, load_bench_model, machine, torch_machine
+from mosaic_gym.bench.common import (add_settings_flags, emit, figure, fill_defaults, load_bench_model, machine,
+                                     settings_argv, torch_machine)
 from envs.actions import format_action
 
 ENV_ID = "mosaic/WebQA-v0"
@@ -161,7 +163,8 @@ def bench_context(
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="tiny-1m, batch 4, 3 steps, 16 new tokens")
+    add_settings_flags(parser, quick="tiny-1m, batch 4, 3 steps, 16 new tokens",
+                       smoke="tiny-1m, batch 2, 1 step, 4 new tokens, 256 long-context tokens")
     parser.add_argument("--model", help="a load_model spec: tiny-1m|tiny-3m|tiny-10m|smollm2|folder (default tiny-3m)")
     parser.add_argument("--batch", type=int, help="envs stepped together (default 8)")
     parser.add_argument("--steps", type=int, help="timed steps per context (default 6)")
@@ -171,8 +174,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0, help="env and sampling seed")
     parser.add_argument("--out", type=Path, help="also write the JSON here")
     args = parser.parse_args(argv)
-    return fill_defaults(args, quick=dict(model="tiny-1m", batch=4, steps=3, max_new_tokens=16, long_tokens=1024),
-                         full=dict(model="tiny-3m", batch=8, steps=6, max_new_tokens=32, long_tokens=2048))
+    return fill_defaults(args, {
+        "full": dict(model="tiny-3m", batch=8, steps=6, max_new_tokens=32, long_tokens=2048),
+        "quick": dict(model="tiny-1m", batch=4, steps=3, max_new_tokens=16, long_tokens=1024),
+        "smoke": dict(model="tiny-1m", batch=2, steps=1, max_new_tokens=4, long_tokens=256)})
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
@@ -180,7 +185,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     model, tokenizer, device = load_bench_model(args)
     return {
         "bench": "rollout",
-        "quick": args.quick,
+        "settings": args.settings,
         "machine": {**machine(PACKAGES), **torch_machine()},
         "env": ENV_ID,
         "model": args.model,
@@ -193,9 +198,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def run(quick: bool = False) -> dict[str, Any]:
-    """The benchmark with its default settings (``quick``: tiny-1m, batch 4, fewer steps and tokens)."""
-    return measure(parse_args(["--quick"] if quick else []))
+def run(settings: str = "full") -> dict[str, Any]:
+    """The benchmark with its default ``settings`` (``quick``, ``smoke``: tiny-1m, smaller batches, fewer steps)."""
+    return measure(parse_args(settings_argv(settings)))
 
 
 def figures(result: dict[str, Any]) -> list[dict[str, Any]]:

@@ -9,6 +9,7 @@ machine; ``site.render`` is timed once, on pages not rendered before.
 Usage:
     python bench/bench_site.py            # sizes 2000 and 10000
     python bench/bench_site.py --quick    # sizes 300 and 1000, fewer queries and pages
+    python bench/bench_site.py --smoke    # size 150, a few queries and pages
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 
-from mosaic_gym.bench.common import emit, figure, machine
+from mosaic_gym.bench.common import add_settings_flags, emit, figure, machine, settings_argv
 from envs.web import Site
 from envs.web.browser import html_to_view
 from envs.web.builtin import BuiltinSite
@@ -92,12 +93,17 @@ def bench_size(size: int, seed: int, queries: int, pages: int) -> dict[str, Any]
     }
 
 
-def run(quick: bool = False, seed: int = 0) -> dict[str, Any]:
-    """The whole benchmark as one JSON-ready dict (``quick``: small sites, fewer queries and pages)."""
-    sizes, queries, pages = ((300, 1000), 200, 200) if quick else ((2000, 10000), 1000, 1000)
+#: Per settings: the site sizes, the queries searched and the pages rendered.
+SIZES = {"full": ((2000, 10000), 1000, 1000), "quick": ((300, 1000), 200, 200), "smoke": ((150,), 20, 20)}
+
+
+def run(settings: str = "full", seed: int = 0) -> dict[str, Any]:
+    """The whole benchmark as one JSON-ready dict (``settings``: one of :data:`~mosaic_gym.bench.common.SETTINGS`)."""
+    settings_argv(settings)
+    sizes, queries, pages = SIZES[settings]
     return {
         "bench": "site",
-        "quick": quick,
+        "settings": settings,
         "machine": machine(PACKAGES),
         "sites": [bench_size(size, seed, queries, pages) for size in sizes],
     }
@@ -119,11 +125,12 @@ def figures(result: dict[str, Any]) -> list[dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="small sites, fewer queries and pages")
+    add_settings_flags(parser, quick="sites of 300 and 1000, fewer queries and pages",
+                       smoke="a site of 150, a few queries and pages")
     parser.add_argument("--seed", type=int, default=0, help="builtin site seed")
     parser.add_argument("--out", type=Path, help="also write the JSON here")
     args = parser.parse_args(argv)
-    emit(run(args.quick, args.seed), args.out)
+    emit(run(args.settings, args.seed), args.out)
     return 0
 
 

@@ -18,6 +18,7 @@ tokens/s over bare tokens/s. Prints one JSON object (and writes it to ``--out``)
 Usage:
     python bench/bench_trainer.py                   # tiny-3m, 2 episodes of any difficulty
     python bench/bench_trainer.py --quick           # tiny-1m, 4 one-hop episodes (one session each)
+    python bench/bench_trainer.py --smoke           # tiny-1m, 1 one-hop episode on a site of 150
     python bench/bench_trainer.py --model tiny-10m --episodes 32 --threads 2
 """
 
@@ -41,7 +42,8 @@ from algos.bc import TeacherForcing
 from algos.config import PGConfig
 from algos.pg import PolicyGradient, micro_batches
 from algos.rollout import Collector, Request, TrainSequence, session_sequences
-from mosaic_gym.bench.common import emit, figure, fill_defaults, load_bench_model, machine, torch_machine
+from mosaic_gym.bench.common import (add_settings_flags, emit, figure, fill_defaults, load_bench_model, machine,
+                                     settings_argv, torch_machine)
 
 ENV_ID = "mosaic/WebQA-v0"
 PACKAGES = ("torch", "transformers", "tokenizers", "gymnasium")
@@ -94,20 +96,22 @@ def synchronize(device: torch.device) -> None:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="tiny-1m, 4 one-hop episodes, 1 repeat")
+    add_settings_flags(parser, quick="tiny-1m, 4 one-hop episodes, 1 repeat",
+                       smoke="tiny-1m, 1 one-hop episode on a site of 150, 1 repeat")
     parser.add_argument("--model", help="a load_model spec: tiny-1m|tiny-3m|tiny-10m|smollm2|folder (default tiny-3m)")
     parser.add_argument("--episodes", type=int, help="teacher-forced oracle episodes (default 2)")
     parser.add_argument("--window", type=int, default=4096, help="the env's session_max_tokens: how long sessions get")
     parser.add_argument("--hops", type=int, help="only tasks of this many hops (default: every task; quick: 1)")
-    parser.add_argument("--site-size", type=int, default=300, help="builtin site entities")
+    parser.add_argument("--site-size", type=int, help="builtin site entities (default 300; smoke 150)")
     parser.add_argument("--repeat", type=int, help="timed passes of each, after a warm-up (default 3)")
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--out", type=Path, help="also write the JSON here")
     args = parser.parse_args(argv)
     if args.repeat is not None and args.repeat < 1:
         parser.error("--repeat must be at least 1")
-    return fill_defaults(args, quick=dict(model="tiny-1m", episodes=4, hops=1, repeat=1),
-                         full=dict(model="tiny-3m", episodes=2, repeat=3))
+    return fill_defaults(args, {"full": dict(model="tiny-3m", episodes=2, repeat=3, site_size=300),
+                                "quick": dict(model="tiny-1m", episodes=4, hops=1, repeat=1, site_size=300),
+                                "smoke": dict(model="tiny-1m", episodes=1, hops=1, repeat=1, site_size=150)})
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
@@ -132,7 +136,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     tokens = sum(len(s.token_ids) for s in sequences)
     return {
         "bench": "trainer",
-        "quick": args.quick,
+        "settings": args.settings,
         "machine": {**machine(PACKAGES), **torch_machine()},
         "env": ENV_ID,
         "model": args.model,
@@ -155,9 +159,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def run(quick: bool = False) -> dict[str, Any]:
-    """The benchmark with its default settings (``quick``: tiny-1m, fewer episodes and repeats)."""
-    return measure(parse_args(["--quick"] if quick else []))
+def run(settings: str = "full") -> dict[str, Any]:
+    """The benchmark with its default ``settings`` (``quick``, ``smoke``: tiny-1m, fewer episodes and repeats)."""
+    return measure(parse_args(settings_argv(settings)))
 
 
 def figures(result: dict[str, Any]) -> list[dict[str, Any]]:

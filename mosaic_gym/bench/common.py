@@ -49,9 +49,30 @@ def torch_machine() -> dict[str, Any]:
     }
 
 
-def fill_defaults(args: Any, quick: dict[str, Any], full: dict[str, Any]) -> Any:
-    """Set every option the user left at ``None`` from ``quick`` (``args.quick``) or ``full``; returns ``args``."""
-    for key, value in (quick if args.quick else full).items():
+#: Every benchmark's settings, largest first. ``full`` measures; ``quick`` is a first look (about two minutes
+#: for the suite on two cores); ``smoke`` only checks that a benchmark runs and reports in full (seconds; its
+#: figures are too short to trust).
+SETTINGS = ("full", "quick", "smoke")
+
+
+def add_settings_flags(parser: Any, quick: str, smoke: str) -> None:
+    """``--quick`` and ``--smoke`` (one at most), described by ``quick`` and ``smoke``; ``args.settings`` is the
+    chosen one of :data:`SETTINGS`."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--quick", dest="settings", action="store_const", const="quick", default="full", help=quick)
+    group.add_argument("--smoke", dest="settings", action="store_const", const="smoke", help=smoke)
+
+
+def settings_argv(settings: str) -> list[str]:
+    """The command-line flag of ``settings`` (none for ``full``); a clear error for an unknown one."""
+    if settings not in SETTINGS:
+        raise ValueError(f"unknown settings {settings!r}: choose among {', '.join(SETTINGS)}")
+    return [] if settings == "full" else [f"--{settings}"]
+
+
+def fill_defaults(args: Any, defaults: dict[str, dict[str, Any]]) -> Any:
+    """Set every option the user left at ``None`` from ``defaults[args.settings]``; returns ``args``."""
+    for key, value in defaults[args.settings].items():
         if getattr(args, key) is None:
             setattr(args, key, value)
     return args

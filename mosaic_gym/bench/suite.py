@@ -1,6 +1,6 @@
 """Run every benchmark in one process, print one table, write ``bench.json`` and the plots.
 
-Each benchmark module here offers ``run(quick) -> dict`` (its whole JSON report) and ``figures(result)`` (its
+Each benchmark module here offers ``run(settings) -> dict`` (its whole JSON report) and ``figures(result)`` (its
 summary rows: a measured value beside its bare baseline, measured in the same run, and their ratio), and still
 runs alone as ``python bench/bench_<name>.py``. This module only runs them in turn and puts their reports and
 rows together; ``mosaic bench`` is its command line (``python bench/suite.py`` is the same command).
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 
-from mosaic_gym.bench.common import machine
+from mosaic_gym.bench.common import machine, settings_argv
 
 # In the order they run: each is the module bench/bench_<name>.py (``mosaic bench --help`` says what each measures).
 BENCHMARKS = ("site", "env", "playwright", "rollout", "trainer")
@@ -45,27 +45,29 @@ def select(only: Sequence[str] | None) -> list[str]:
     return [name for name in BENCHMARKS if name in only]
 
 
-def run_suite(quick: bool = False, only: Sequence[str] | None = None, threads: int | None = None,
+def run_suite(settings: str = "full", only: Sequence[str] | None = None, threads: int | None = None,
               out: Path | None = None, progress: bool = True) -> dict[str, Any]:
     """Run the chosen benchmarks; with ``out``, write ``out/bench.json`` and the env benchmark's scaling plot.
 
     Args:
-        quick: every benchmark's small settings (about two minutes in all on two cores).
+        settings: every benchmark's settings, one of :data:`~mosaic_gym.bench.common.SETTINGS`: ``full``,
+            ``quick`` (about two minutes in all on two cores) or ``smoke`` (seconds; checks the report, not speed).
         only: names from :data:`BENCHMARKS` (default: all of them).
-        threads: torch CPU threads for the model benchmarks (default: 1 when ``quick``, else torch's choice).
+        threads: torch CPU threads for the model benchmarks (default: 1 unless ``full``, else torch's choice).
         out: the folder for the results (created if missing).
         progress: a progress bar on stderr.
 
     Returns:
-        ``{"machine", "quick", "seconds", "figures", "benchmarks", "errors", "files"}``: every benchmark's
+        ``{"machine", "settings", "seconds", "figures", "benchmarks", "errors", "files"}``: every benchmark's
         report under its name, and the summary rows of all of them (each tagged with its ``bench``). A
         benchmark that fails leaves its error under ``errors`` and the others still run.
     """
     from tqdm.auto import tqdm
 
     names = select(only)
-    threads = threads or (1 if quick else None)
-    result: dict[str, Any] = {"bench": "suite", "quick": quick, "machine": machine(PACKAGES), "seconds": {},
+    settings_argv(settings)
+    threads = threads or (None if settings == "full" else 1)
+    result: dict[str, Any] = {"bench": "suite", "settings": settings, "machine": machine(PACKAGES), "seconds": {},
                               "figures": [], "benchmarks": {}, "errors": {}, "files": []}
     bar = tqdm(names, desc="bench", unit="benchmark", disable=not progress, file=sys.stderr)
     for name in bar:
@@ -85,7 +87,7 @@ def run_suite(quick: bool = False, only: Sequence[str] | None = None, threads: i
         module = importlib.import_module(f"mosaic_gym.bench.bench_{name}")
         start = time.perf_counter()
         try:
-            report = module.run(quick)
+            report = module.run(settings)
         except Exception as err:  # one broken benchmark (say, no Chromium) must not lose the others' results
             result["errors"][name] = f"{type(err).__name__}: {err}"
             continue
@@ -130,7 +132,7 @@ def summary(result: dict[str, Any]) -> str:
     torch = f", torch {m['packages']['torch']} on {m['torch_threads']} thread(s)" if "torch_threads" in m else ""
     took = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in result["seconds"].items())
     head = (f"{m['platform']}, {m['cpus']} CPUs (load {m['load_average_1min']}), Python {m['python']}{torch}\n"
-            f"{'quick' if result['quick'] else 'full'} run: {took}")
+            f"{result['settings']} run: {took}")
     errors = "".join(f"\n{name} failed: {error}" for name, error in result["errors"].items())
     return f"{head}\n\n{table(result['figures'])}{errors}"
 

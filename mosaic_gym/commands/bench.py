@@ -10,6 +10,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..bench.common import add_settings_flags
+
 DESCRIPTION = """\
 Run the benchmarks and print one table: every figure beside its bare baseline (the same work with nothing of
 ours around it, measured in the same run) and the ratio of the two. OUT/bench.json holds the machine, the
@@ -27,6 +29,7 @@ Each also runs alone, with more options: python -m mosaic_gym.bench.bench_<name>
 
 EXAMPLES = """examples:
   mosaic bench --quick                      # about two minutes on two cores
+  mosaic bench --smoke                      # seconds: every benchmark runs and reports, figures too short to trust
   mosaic bench --out bench-results          # the full run
   mosaic bench --only env,trainer --threads 2
 """
@@ -40,11 +43,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--quick", action="store_true", help="small settings: about two minutes on two cores")
+    add_settings_flags(p, quick="small settings: about two minutes on two cores",
+                       smoke="the smallest settings: seconds; checks that every benchmark runs and reports, "
+                             "its figures are too short to trust")
     p.add_argument("--only", type=lambda text: [n.strip() for n in text.split(",") if n.strip()], default=None,
                    metavar="NAME,...", help="run only these benchmarks, e.g. env,trainer (default: all)")
     p.add_argument("--threads", type=int, default=None,
-                   help="torch CPU threads for rollout and trainer (default: 1 with --quick, else torch's choice)")
+                   help="torch CPU threads for rollout and trainer (default: 1 with --quick or --smoke, "
+                        "else torch's choice)")
     p.add_argument("--out", type=Path, default=Path("bench-results"), metavar="DIR",
                    help="folder for bench.json and the PNG plot (default: bench-results)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
@@ -59,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as err:
         print(f"mosaic bench: {err}", file=sys.stderr)
         return 2
-    result = suite.run_suite(quick=args.quick, only=args.only, threads=args.threads, out=args.out,
+    result = suite.run_suite(settings=args.settings, only=args.only, threads=args.threads, out=args.out,
                              progress=not args.no_progress)
     print(suite.summary(result))
     print("wrote " + ", ".join(result["files"]))
