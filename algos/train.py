@@ -279,6 +279,11 @@ def evaluate(agent: LLMAgent, collector: Collector, config: TrainConfig, label: 
     if budgets:  # Pass@(1,T), each T its own runs under budget T (the "rerun" protocol: the agent is told T)
         result["pass_at_1"] = {str(b): float(np.mean([r.reward for r in rs])) for b, rs in at_budget.items()}
         result["per_task_at"] = {str(b): _per_task(rs) for b, rs in at_budget.items()}
+        fixed = config.env_kwargs.get("max_steps", 64)
+        if isinstance(fixed, int) and str(fixed) not in result["pass_at_1"]:  # the main runs: Pass@(1, env's T)
+            result["pass_at_1"][str(fixed)] = result["success"]
+            result["per_task_at"][str(fixed)] = result["per_task"]
+        result["pass_at_1"] = dict(sorted(result["pass_at_1"].items(), key=lambda kv: int(kv[0])))
     return result
 
 

@@ -1,0 +1,92 @@
+"""``mosaic study``: every claim's quick mode end to end, on real (tiny) training runs, with resumption and
+shared runs; and the interval arithmetic the results stand on."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from algos.study import CLAIMS, interval, run_configs
+from mosaic_gym.cli import main
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    out = tmp_path_factory.mktemp("study")
+    assert main(["study", "compaction", "--quick", "--seeds", "2", "--out", str(out)]) == 0
+    return out
+
+
+def test_compaction_quick_runs_both_arms_paired(study, capsys):
+    results = json.loads((study / "compaction" / "results.json").read_text())
+    assert results["finished"] == {"broadcast": [0, 1], "mosaic": [0, 1]}
+    for name in ("results.md", "curves.png"):
+        assert (study / "compaction" / name).stat().st_size > 0
+    # Seed k of both arms starts from the same warm start: the pairing the paired intervals rely on.
+    for seed in (0, 1):
+        warm = [json.loads((study / "compaction" / arm / f"seed{seed}" / "summary.json").read_text())
+                ["success_warm_start"] for arm in ("broadcast", "mosaic")]
+        assert warm[0]["per_task"] == warm[1]["per_task"] and warm[0]["metrics"] == warm[1]["metrics"]
+    assert results["paired"]["success"]["n"] == 2
+    assert results["arms"]["mosaic"]["final"]["sessions"]["n"] == 2
+    assert len(results["verdict"]) == 2 and "sessions" in results["verdict"][1]
+
+
+def test_a_finished_study_is_not_run_again(study, capsys):
+    before = {p: p.stat().st_mtime_ns for p in study.glob("compaction/*/seed*/checkpoint.pt")}
+    assert main(["study", "compaction", "--quick", "--seeds", "2", "--out", str(study)]) == 0
+    assert "broadcast seed 0: finished" in capsys.readouterr().out
+    assert before == {p: p.stat().st_mtime_ns for p in study.glob("compaction/*/seed*/checkpoint.pt")}
+
+
+def test_recovery_reads_the_compaction_runs(study, capsys):
+    assert main(["study", "recovery", "--quick", "--seeds", "2", "--out", str(study), "--summary-only"]) == 0
+    results = json.loads((study / "recovery" / "results.json").read_text())
+    assert set(results["recovery"]) == {"broadcast", "mosaic"}
+    assert results["recovery"]["mosaic"]["step_quality"]["n"] == 2
+    assert "single-step quality" in capsys.readouterr().out
+
+
+def test_budgets_adds_one_arm_beside_the_compaction_runs(study):
+    assert main(["study", "budgets", "--quick", "--seeds", "1", "--out", str(study)]) == 0
+    assert sorted(p.name for p in (study / "compaction").iterdir() if p.is_dir()) == \
+        ["broadcast", "mosaic", "mosaic-budgetmix"]
+    results = json.loads((study / "budgets" / "results.json").read_text())
+    assert set(results["budgets"]["mosaic"]["gain_at"]) == {"4", "8"}  # eval_budgets, and the env's own T
+    assert (study / "budgets" / "pass_at_t.png").stat().st_size > 0
+
+
+def test_fork_quick(tmp_path):
+    assert main(["study", "fork", "--quick", "--seeds", "1", "--out", str(tmp_path)]) == 0
+    results = json.loads((tmp_path / "fork" / "results.json").read_text())
+    assert results["finished"] == {"broadcast": [0], "mosaic": [0]}
+    assert results["paired"]["success"]["ci95"] is None  # one seed: no interval, and the verdict says so
+    assert "too few seeds" in results["verdict"][0]
+
+
+def test_run_folders_and_settings():
+    runs = run_configs("budgets", "/x", seeds=2)
+    assert [(a.name, s) for a, s, _ in runs] == [("mosaic", 0), ("mosaic", 1), ("mosaic-budgetmix", 0),
+                                                 ("mosaic-budgetmix", 1)]
+    assert runs[0][2].out == "/x/compaction/mosaic/seed0" and runs[2][2].budgets == "4,8,12"
+    assert all(c.bc_styles for _, _, c in runs)  # a varied warm start
+    assert {c.out for _, _, c in run_configs("recovery", "/x")} <= {c.out for _, _, c in run_configs("compaction", "/x")}
+    with pytest.raises(ValueError, match="unknown"):
+        run_configs("compactions", "/x")
+    assert set(CLAIMS) == {"compaction", "fork", "budgets", "recovery"}
+
+
+def test_interval():
+    assert interval([1.0, 1.0]) == {"mean": 1.0, "ci95": 0.0, "n": 2}
+    assert interval([None, 0.5]) == {"mean": 0.5, "ci95": None, "n": 1}
+    assert interval([]) == {"mean": None, "ci95": None, "n": 0}
+    wide, narrow = interval([0.0, 1.0, 0.0, 1.0]), interval([0.0, 1.0] * 8)
+    assert wide["mean"] == narrow["mean"] and wide["ci95"] > narrow["ci95"] > 0
+
+
+def test_bad_arguments_are_one_line(capsys):
+    assert main(["study", "compaction", "--seeds", "0"]) == 2
+    assert "--seeds must be at least 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["study", "everything"])
