@@ -137,24 +137,47 @@ def run_configs(claim: str, out: str | Path, seeds: int = 3, quick: bool = False
 
 
 def run_claim(claim: str, out: str | Path, seeds: int = 3, quick: bool = False, iterations: int | None = None,
-              train: Callable[[TrainConfig], dict[str, Any]] | None = None, log: Any = print) -> dict[str, Any]:
-    """Run (or resume) every run of ``claim`` that has not finished, then :func:`summarize` it.
+              jobs: int = 1, log: Any = print) -> dict[str, Any]:
+    """Run (or resume) every run of ``claim`` that has not finished, ``jobs`` at a time, then :func:`summarize`.
 
-    A run has finished when its ``summary.json`` records at least the iterations asked; any other run is
-    resumed from its checkpoint (or started). ``train`` is :func:`algos.train.train` unless given.
+    A run has finished when its ``summary.json`` records the iterations asked; any other run is resumed from
+    its checkpoint (or started). With ``jobs > 1`` each run trains in its own process (torch threads split
+    between them); the results are the same as run one after another (each run is deterministic alone).
     """
-    if train is None:
-        from .train import train
+    todo = []
     for arm, seed, config in run_configs(claim, out, seeds, quick, iterations):
         folder = Path(config.out)
         done = _finished(folder)
         if done is not None and done.get("iterations", -1) == config.iterations:
             log(f"{arm.name} seed {seed}: finished ({folder})")
             continue
-        log(f"{arm.name} seed {seed}: {'resuming' if (folder / 'config.json').exists() else 'starting'} ({folder})")
         config.resume = (folder / "config.json").exists()
-        train(config, log=lambda *a: None)
+        log(f"{arm.name} seed {seed}: {'resuming' if config.resume else 'starting'} ({folder})")
+        todo.append(config)
+    if jobs <= 1 or len(todo) <= 1:
+        for config in todo:
+            _train_quietly(config)
+    else:
+        import multiprocessing as mp
+        import os
+        from concurrent.futures import ProcessPoolExecutor
+
+        threads = max(1, (os.cpu_count() or 1) // jobs)
+        with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
+            for config, _ in zip(todo, pool.map(_train_quietly, todo, [threads] * len(todo))):
+                log(f"finished {config.out}")
     return summarize(claim, out, seeds, quick=quick)
+
+
+def _train_quietly(config: TrainConfig, threads: int | None = None) -> None:
+    """One run of the study (its report is its ``summary.json``)."""
+    import torch
+
+    from .train import train
+
+    if threads is not None:
+        torch.set_num_threads(threads)
+    train(config, log=lambda *a: None)
 
 
 def _finished(folder: Path) -> dict[str, Any] | None:

@@ -23,7 +23,7 @@ and budgets adds one BudgetMix arm beside the compaction preset's Mosaic arm.
 
 EXAMPLES = """examples:
   mosaic study compaction --quick              # minutes: checks the pipeline, numbers mean nothing
-  mosaic study compaction --seeds 3            # the full claim (about 90 minutes on 2 cores)
+  mosaic study compaction --seeds 3 --jobs 2   # the full claim (about 90 minutes on 2 cores)
   mosaic study recovery --seeds 3              # reuses the compaction runs
   mosaic study budgets --seeds 3 --out runs/study
 """
@@ -39,6 +39,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--quick", action="store_true", help="tiny runs on a small site: checks the pipeline in minutes")
     p.add_argument("--iterations", type=int, default=None,
                    help="RL iterations per run (default: the preset's); more extends finished runs")
+    p.add_argument("--jobs", type=int, default=1, help="runs trained side by side, each in its own process")
     p.add_argument("--out", default="runs/study", help="the study's folder (runs and results)")
     p.add_argument("--summary-only", action="store_true", help="rebuild the results from finished runs; run nothing")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
@@ -50,6 +51,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.seeds < 1:
         print("mosaic study: --seeds must be at least 1", file=sys.stderr)
+        return 2
+    if args.jobs < 1:
+        print("mosaic study: --jobs must be at least 1", file=sys.stderr)
         return 2
     if args.iterations is not None and args.iterations < 0:
         print("mosaic study: --iterations must be at least 0", file=sys.stderr)
@@ -64,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
     if args.summary_only:
         results = summarize(args.claim, args.out, args.seeds, quick=args.quick)
     else:
-        results = run_claim(args.claim, args.out, args.seeds, quick=args.quick, iterations=args.iterations)
+        results = run_claim(args.claim, args.out, args.seeds, quick=args.quick, iterations=args.iterations,
+                            jobs=args.jobs)
     from algos.study import markdown
 
     print(markdown(results))
