@@ -18,6 +18,7 @@ warm start) starts again from the beginning, exactly as a run that never stopped
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import random
@@ -188,7 +189,12 @@ def _finish(run: _Run, model: torch.nn.Module, tokenizer: Any) -> dict[str, Any]
 
 def rl_iteration(config: TrainConfig, it: int, agent: LLMAgent, learner: PolicyGradient, collector: Collector,
                  env: gym.Env, sampler: Any, rng: np.random.Generator) -> dict[str, Any]:
-    """One iteration: groups of rollouts, one advantage per session, one policy-gradient step."""
+    """One iteration: groups of rollouts, one advantage per session, one policy-gradient step.
+
+    The metrics include the seconds of each phase (:class:`PhaseTimes`: ``time_rollouts``,
+    ``time_continuations``, ``time_scoring``, ``time_update``, ``time_total``); timing changes no result.
+    """
+    times = PhaseTimes()
     tasks = env.unwrapped.tasks
     picked = rng.choice(len(tasks), size=config.tasks_per_iter, replace=len(tasks) < config.tasks_per_iter)
     requests = []
@@ -199,19 +205,22 @@ def rl_iteration(config: TrainConfig, it: int, agent: LLMAgent, learner: PolicyG
         requests += [Request(seed=int(rng.integers(2**31)), options={"task_id": tasks[t].id, "max_steps": budget},
                              group=g) for _ in range(config.group_size)]
     mosaic_rollout = config.algo == "mosaic" and config.estimator == "rollout"
-    trajectories = collector.run(agent, requests, record_snapshots=mosaic_rollout, progress=f"rollouts {it}")
+    with times.phase("rollouts"):
+        trajectories = collector.run(agent, requests, record_snapshots=mosaic_rollout, progress=f"rollouts {it}")
     sequences, all_adv, contrib_abs, contrib_positive = [], [], [], []
     groups = [[t for t in trajectories if t.group == g] for g in range(config.tasks_per_iter)]
     for group in groups:
         d = None
         if config.algo == "mosaic":
             if config.estimator == "rollout":
-                d = credit.rollout_contributions(group, collector, agent, config.continuations,
-                                                 seed=int(rng.integers(2**31)))
+                with times.phase("continuations"):
+                    d = credit.rollout_contributions(group, collector, agent, config.continuations,
+                                                     seed=int(rng.integers(2**31)))
             else:
-                d = credit.likelihood_contributions(group, agent.model, agent.encode_action,
-                                                    env.unwrapped.site.task(group[0].task_id).answer,
-                                                    device=config.pg.device)
+                with times.phase("scoring"):
+                    d = credit.likelihood_contributions(group, agent.model, agent.encode_action,
+                                                        env.unwrapped.site.task(group[0].task_id).answer,
+                                                        device=config.pg.device)
             contrib_abs.append(float(np.abs(np.concatenate(d)).mean()))
             contrib_positive += list(np.concatenate(d) > 0)
         advantage = learner.session_advantages(group, d)  # (trajectory, session id) -> A_s
@@ -221,7 +230,8 @@ def rl_iteration(config: TrainConfig, it: int, agent: LLMAgent, learner: PolicyG
                     s.advantage = advantage[(i, sid)]
                 sequences += per_session
         all_adv.append(np.array(list(advantage.values())))
-    stats = learner.update(sequences)
+    with times.phase("update"):
+        stats = learner.update(sequences)
     adv_all = np.concatenate(all_adv)
     return {
         "iteration": it,
@@ -237,7 +247,41 @@ def rl_iteration(config: TrainConfig, it: int, agent: LLMAgent, learner: PolicyG
         **{k: v for k, v in _finite(session_metrics(trajectories)).items() if k in ITERATION_METRICS},
         **{f"groups_{k}": v for k, v in group_diversity(groups).items()},
         **{k: float(v) for k, v in stats.items()},
+        **times.metrics(),
     }
+
+
+class PhaseTimes:
+    """Wall-clock seconds per phase of an RL iteration, so a run's ``metrics.jsonl`` shows where its time goes.
+
+    Every phase is reported (0 where an algorithm has none), so broadcast and Mosaic rows line up; ``total``
+    runs from the timer's creation to :meth:`metrics`.
+
+    Example:
+        >>> times = PhaseTimes()
+        >>> with times.phase("update"):
+        ...     pass
+        >>> sorted(times.metrics())
+        ['time_continuations', 'time_rollouts', 'time_scoring', 'time_total', 'time_update']
+    """
+
+    PHASES = ("rollouts", "continuations", "scoring", "update")
+
+    def __init__(self) -> None:
+        self.started = time.perf_counter()
+        self.seconds = dict.fromkeys(self.PHASES, 0.0)
+
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] += time.perf_counter() - start
+
+    def metrics(self) -> dict[str, float]:
+        total = time.perf_counter() - self.started
+        return {**{f"time_{k}": round(v, 4) for k, v in self.seconds.items()}, "time_total": round(total, 4)}
 
 
 def budget_sampler(config: TrainConfig) -> Any:

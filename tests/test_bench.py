@@ -14,7 +14,7 @@ import pytest
 from mosaic_gym.bench import bench_env
 from mosaic_gym.cli import main
 
-BENCHMARKS = {"site", "env", "playwright", "rollout", "trainer"}
+BENCHMARKS = {"site", "env", "playwright", "rollout", "trainer", "iteration"}
 ROW_KEYS = {"bench", "name", "value", "unit", "baseline", "baseline_value", "baseline_unit", "ratio"}
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -41,6 +41,13 @@ def test_bench_reports_every_benchmark_beside_its_baseline(tmp_path, capsys):
     levels = [level["context_tokens"] for level in env["context"]["levels"]]
     assert levels == sorted(levels) and levels[-1] > env["config"]["window"] // 2
 
+    iteration = result["benchmarks"]["iteration"]
+    assert iteration["same_trajectories"], iteration["rows"]  # the three rows ran the same episodes
+    assert iteration["rows"]["broadcast"]["continuations_s"] == iteration["rows"]["broadcast"]["scoring_s"] == 0
+    assert iteration["rows"]["mosaic-rollout"]["continuations_s"] > 0 < iteration["rows"]["mosaic-likelihood"]["scoring_s"]
+    memory = iteration["memory"]
+    assert memory["peak_rss_mb"] > memory["bare_peak_rss_mb"] > 0
+
     assert (tmp_path / "env_scaling.png").read_bytes()[:8] == PNG_MAGIC
     printed = capsys.readouterr().out
     assert "| benchmark | figure | value | bare baseline | baseline value | ratio |" in printed
@@ -57,4 +64,4 @@ def test_settings_are_one_flag_and_a_benchmark_refuses_unknown_ones(capsys):
 
 def test_unknown_benchmark_is_refused_naming_the_choices(capsys):
     assert main(["bench", "--only", "env,gpu"]) == 2
-    assert "unknown benchmark gpu: choose among site, env, playwright, rollout, trainer" in capsys.readouterr().err
+    assert "unknown benchmark gpu: choose among site, env, playwright, rollout, trainer, iteration" in capsys.readouterr().err

@@ -46,7 +46,9 @@ def _quiet(*args) -> None:
 
 
 def _metrics(out: Path) -> list[dict]:
-    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    """Each iteration's metrics without its phase timings (the one thing two equal runs do not share)."""
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in line.items() if not k.startswith("time_")} for line in lines]
 
 
 def _parameters(out: Path) -> dict[str, torch.Tensor]:
@@ -85,6 +87,12 @@ def test_a_tiny_run_writes_metrics_summary_plot_and_checkpoint(request, run):
     assert [m["iteration"] for m in metrics] == list(range(iterations))
     for m in metrics:
         assert 0.0 <= m["success"] <= 1.0 and m["sessions"] >= 1.0 and m["tokens"] > 0
+    # Each iteration's phases are timed within its total; Mosaic's likelihood estimator scores, nothing continues.
+    for line in (out / "metrics.jsonl").read_text().splitlines():
+        times = {k: v for k, v in json.loads(line).items() if k.startswith("time_")}
+        assert times["time_total"] >= times["time_rollouts"] + times["time_update"] + times["time_scoring"]
+        assert times["time_rollouts"] > 0 and times["time_update"] > 0 and times["time_continuations"] == 0
+        assert (times["time_scoring"] > 0) == (run == "mosaic_run")
     summary = json.loads((out / "summary.json").read_text())
     for key in ("success_initial", "success_warm_start", "success_final"):
         assert 0.0 <= summary[key]["success"] <= 1.0 and summary[key]["episodes"] > 0

@@ -29,8 +29,8 @@ from typing import Any, Sequence
 from mosaic_gym.bench.common import machine, settings_argv
 
 # In the order they run: each is the module bench/bench_<name>.py (``mosaic bench --help`` says what each measures).
-BENCHMARKS = ("site", "env", "playwright", "rollout", "trainer")
-TORCH_BENCHMARKS = ("rollout", "trainer")
+BENCHMARKS = ("site", "env", "playwright", "rollout", "trainer", "iteration")
+TORCH_BENCHMARKS = ("rollout", "trainer", "iteration")
 PACKAGES = ("gymnasium", "numpy", "lxml", "bm25s", "playwright", "torch", "transformers", "tokenizers",
             "matplotlib")
 

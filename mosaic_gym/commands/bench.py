@@ -23,6 +23,8 @@ against site size and per-step cost against context length.
   playwright  Playwright backend step latency beside a bare browser's, and memory per env
   rollout     LLMAgent rollout tokens/s beside bare model.generate on the same prompts
   trainer     PolicyGradient.update tokens/s beside a bare forward + backward on the same tokens
+  iteration   an RL iteration, phase by phase: broadcast, Mosaic (rollout), Mosaic (likelihood); peak RSS
+              of a short mosaic train run beside a bare process building the same model
 
 Each also runs alone, with more options: python -m mosaic_gym.bench.bench_<name> --help
 """

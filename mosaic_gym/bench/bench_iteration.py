@@ -1,0 +1,201 @@
+"""Benchmark the RL iteration: broadcast, Mosaic with the rollout estimator and Mosaic with the likelihood
+estimator, on the same tasks and seeds, phase by phase; and the peak memory of a short ``mosaic train`` run.
+
+One policy (the demo's ``TrainConfig`` defaults: the env, tiny model, choose mode, groups and envs; the model
+fresh, or warm-started by ``--bc-episodes`` oracle demonstrations) is copied for each row, and each row runs
+:func:`algos.train.rl_iteration` with the same RNG seed: the same tasks, budgets, reset seeds and sampling, so
+the three rollout phases are the same trajectories (``same_trajectories`` checks it) and the rows differ only
+in what the credit assignment adds. Each row's phases come from the iteration's own metrics
+(``time_rollouts``, ``time_continuations`` for Mosaic's rollout estimator, ``time_scoring`` for the likelihood
+estimator, ``time_update``); ``ratio`` is a row's total over broadcast's. The issue's goals: likelihood at most
+1.2x broadcast, rollout at most 2x at M = 2 continuations.
+
+Memory: ``mosaic train`` runs in a subprocess (the demo defaults, or tiny settings with ``--quick``, and
+``--memory-iterations`` RL iterations) and its peak RSS (``ru_maxrss`` of the child) stands beside a bare
+subprocess that imports the same libraries and builds the same model, the floor any run pays.
+
+Usage:
+    python -m mosaic_gym.bench.bench_iteration            # demo defaults, warm start, 1 RL iteration each
+    python -m mosaic_gym.bench.bench_iteration --quick    # fresh model, 1 group of 2, small site, 4 steps
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+import envs  # noqa: F401  (registers the environments)
+from agents import OracleAgent
+from agents.llm import LLMAgent
+from agents.models import default_texts, load_model
+from algos.bc import TeacherForcing, clone
+from algos.config import TrainConfig
+from algos.pg import PolicyGradient
+from algos.rollout import Collector, Request
+from algos.train import budget_sampler, rl_iteration
+from mosaic_gym.bench.common import emit, figure, fill_defaults, machine, torch_machine
+
+PACKAGES = ("torch", "transformers", "tokenizers", "gymnasium")
+ROWS = (("broadcast", "broadcast", "rollout"), ("mosaic-rollout", "mosaic", "rollout"),
+        ("mosaic-likelihood", "mosaic", "likelihood"))
+PHASES = ("rollouts", "continuations", "scoring", "update")
+GOALS = {"mosaic-rollout": 2.0, "mosaic-likelihood": 1.2}
+# --quick: a small site, 4 steps and one group of two, so the three iterations and the memory run take seconds.
+QUICK_CONFIG = dict(tasks_per_iter=1, group_size=2, num_envs=2)
+QUICK_ENV = {"site_size": 120, "max_steps": 4}
+QUICK_TRAIN_ARGS = ["--site-size", "120", "--max-steps", "4", "--bc-episodes", "2", "--bc-epochs", "1",
+                    "--tasks-per-iter", "1", "--group-size", "2", "--eval-episodes", "1", "--num-envs", "2"]
+
+
+def iteration_config(args: argparse.Namespace) -> TrainConfig:
+    """The demo's settings (``TrainConfig()``), smaller with ``--quick``."""
+    base = TrainConfig()
+    if not args.quick:
+        return base
+    return dataclasses.replace(base, env_kwargs={**base.env_kwargs, **QUICK_ENV}, **QUICK_CONFIG)
+
+
+def starting_policy(config: TrainConfig, env: gym.Env, bc_episodes: int) -> tuple[Any, Any]:
+    """The tiny model for ``env`` (seed 0), warm-started on ``bc_episodes`` oracle demonstrations if any."""
+    model, tokenizer = load_model(config.model, texts=default_texts(env=env), seed=config.seed)
+    model.eval()
+    if bc_episodes > 0:
+        agent = LLMAgent(model, tokenizer, mode=config.mode, seed=config.seed)
+        teacher = TeacherForcing(OracleAgent(env, compact_at=config.bc_compact_at, fork=config.bc_fork), agent)
+        tasks = env.unwrapped.tasks
+        requests = [Request(seed=config.seed * 100_003 + k, options={"task_id": tasks[k % len(tasks)].id})
+                    for k in range(bc_episodes)]
+        collector = Collector(lambda: gym.make(config.env_id, **config.env_kwargs), config.num_envs)
+        demos = collector.run(teacher, requests)
+        clone(model, demos, config.bc_epochs, config.bc_lr, seed=config.seed)
+        model.eval()
+    return model, tokenizer
+
+
+def one_iteration(config: TrainConfig, model: Any, tokenizer: Any, env: gym.Env) -> dict[str, Any]:
+    """:func:`algos.train.rl_iteration` on a copy of ``model`` with fresh envs, seeded as a run's first."""
+    model = copy.deepcopy(model)
+    agent = LLMAgent(model, tokenizer, mode=config.mode, temperature=config.temperature, seed=config.seed,
+                     device=config.pg.device)
+    learner = PolicyGradient(model, config.pg)
+    collector = Collector(lambda: gym.make(config.env_id, **config.env_kwargs), config.num_envs)
+    return rl_iteration(config, 0, agent, learner, collector, env, budget_sampler(config),
+                        np.random.default_rng(config.seed))
+
+
+def peak_rss_mb(code: str) -> float:
+    """Peak RSS (MiB) of ``python -c code`` in a fresh process, as the process itself reports it at the end
+    (its own ``ru_maxrss``: the children an earlier benchmark left, such as Chromium, do not count)."""
+    report = "\nimport resource\nprint('peak_rss_kib', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+    env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}
+    done = subprocess.run([sys.executable, "-c", code + report], check=True, env=env, capture_output=True,
+                          text=True)
+    kib = next(line.split()[1] for line in reversed(done.stdout.splitlines()) if line.startswith("peak_rss_kib"))
+    return round(int(kib) / 1024, 1)
+
+
+def train_memory(args: argparse.Namespace) -> dict[str, Any]:
+    """Peak RSS of a short ``mosaic train`` run, and of a bare process that builds the same model."""
+    with tempfile.TemporaryDirectory() as tmp:
+        train_args = (QUICK_TRAIN_ARGS if args.quick else []) + [
+            "--iterations", str(args.memory_iterations), "--out", str(Path(tmp) / "run")]
+        bare = ("import gymnasium as gym, torch, transformers, envs; from agents.models import default_texts, "
+                f"load_model; env = gym.make('mosaic/WebQA-v0', **{iteration_config(args).env_kwargs!r}); "
+                "load_model('tiny-1m', texts=default_texts(env=env), seed=0)")
+        bare_mb = peak_rss_mb(bare)
+        started = time.perf_counter()
+        train_mb = peak_rss_mb(f"from mosaic_gym.cli import main; main(['train', *{train_args!r}])")
+        seconds = time.perf_counter() - started
+    return {"args": train_args[:-2], "peak_rss_mb": train_mb, "bare_peak_rss_mb": bare_mb,
+            "seconds": round(seconds, 1), "goal_mb": 1536, "met": train_mb <= 1536}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fresh model, one group of 2 on a small site, 4 steps")
+    parser.add_argument("--bc-episodes", type=int, help="oracle demonstrations to warm-start on (default 30; "
+                                                        "quick: 0, a fresh model)")
+    parser.add_argument("--memory-iterations", type=int, default=1, help="RL iterations of the memory run")
+    parser.add_argument("--no-memory", action="store_true", help="skip the mosaic train memory run")
+    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--out", type=Path, help="also write the JSON here")
+    return fill_defaults(parser.parse_args(argv), quick=dict(bc_episodes=0), full=dict(bc_episodes=30))
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """The whole benchmark, as ``args`` (from :func:`parse_args`) set it, as one JSON-ready dict."""
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    memory = None if args.no_memory else train_memory(args)
+    base = iteration_config(args)
+    env = gym.make(base.env_id, **base.env_kwargs)
+    model, tokenizer = starting_policy(base, env, args.bc_episodes)
+    rows = {}
+    for name, algo, estimator in ROWS:
+        metrics = one_iteration(dataclasses.replace(base, algo=algo, estimator=estimator), model, tokenizer, env)
+        rows[name] = {"algo": algo, "estimator": estimator,
+                      **{f"{p}_s": metrics[f"time_{p}"] for p in PHASES}, "total_s": metrics["time_total"],
+                      "success": metrics["success"], "sessions": metrics["sessions"], "steps": metrics["steps"],
+                      "units": metrics["tokens"]}
+    broadcast = rows["broadcast"]["total_s"]
+    for name, row in rows.items():
+        row["ratio_to_broadcast"] = round(row["total_s"] / broadcast, 3)
+        if name in GOALS:
+            row["goal_ratio"], row["goal_met"] = GOALS[name], row["ratio_to_broadcast"] <= GOALS[name]
+    same = len({(r["success"], r["sessions"], r["steps"]) for r in rows.values()}) == 1
+    return {
+        "bench": "iteration",
+        "quick": args.quick,
+        "machine": {**machine(PACKAGES), **torch_machine()},
+        "config": {"env_kwargs": base.env_kwargs, "model": base.model, "mode": base.mode,
+                   "tasks_per_iter": base.tasks_per_iter, "group_size": base.group_size,
+                   "num_envs": base.num_envs, "continuations": base.continuations,
+                   "micro_batch_tokens": base.pg.micro_batch_tokens,
+                   "policy": f"warm-started on {args.bc_episodes} demonstrations" if args.bc_episodes
+                   else "fresh (untrained) tiny model"},
+        "same_trajectories": same,
+        "rows": rows,
+        "memory": memory,
+    }
+
+
+def run(quick: bool = False) -> dict[str, Any]:
+    """The benchmark with its default settings (``quick``: a fresh model, one small group)."""
+    return measure(parse_args(["--quick"] if quick else []))
+
+
+def figures(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per algorithm (seconds per iteration beside broadcast's), and the peak RSS of mosaic train."""
+    rows = result["rows"]
+    broadcast = rows["broadcast"]["total_s"]
+    out = [figure("RL iteration, broadcast", broadcast, "s")]
+    out += [figure(f"RL iteration, {name} (goal <= {GOALS[name]}x)", rows[name]["total_s"], "s",
+                   "broadcast, same tasks and seeds", broadcast) for name in GOALS]
+    memory = result["memory"]
+    if memory is not None:
+        out.append(figure("mosaic train, peak RSS (goal <= 1536 MiB)", memory["peak_rss_mb"], "MiB",
+                          "bare process building the same model", memory["bare_peak_rss_mb"]))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    emit(measure(args), args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
