@@ -92,8 +92,8 @@ class Arrays:
 def build(documents: Iterable[list[str]], total: int | None = None, desc: str = "indexing") -> Arrays:
     """The BM25 matrix of ``documents`` (each a list of terms), read once, in order.
 
-    A progress bar (tqdm, on stderr) shows for :data:`PROGRESS_MIN_DOCS` documents or more; ``TQDM_DISABLE=1``
-    silences it (``--no-progress`` sets that).
+    A progress bar (tqdm, on stderr) shows for :data:`PROGRESS_MIN_DOCS` documents or more; the environment
+    variable ``TQDM_DISABLE=1`` silences it (``mosaic eval --no-progress`` sets it, for its env workers too).
     """
     from tqdm import tqdm
 
@@ -102,9 +102,10 @@ def build(documents: Iterable[list[str]], total: int | None = None, desc: str = 
     ids: dict[str, int] = {}
     draw = itertools.count()
     doc_terms, doc_counts, doc_lens, distinct = [], [], [], []
-    quiet = {"disable": True} if total is None or total < PROGRESS_MIN_DOCS else {}
+    # Read here, not by tqdm (it reads TQDM_DISABLE once, at import): the CLI's --no-progress sets it later.
+    quiet = total is None or total < PROGRESS_MIN_DOCS or os.environ.get("TQDM_DISABLE", "") not in ("", "0")
     for terms in tqdm(documents, total=total, desc=desc, unit="doc", file=sys.stderr, leave=False, mininterval=1.0,
-                      **quiet):
+                      disable=quiet):
         counts = Counter(terms)
         doc_terms.append(np.fromiter(map(ids.setdefault, counts, draw), np.int64, len(counts)))
         doc_counts.append(np.fromiter(counts.values(), np.float32, len(counts)))
