@@ -19,6 +19,9 @@ may be left out (the text's first line stands in); a query's ``query_id`` and ``
 ``question``, and its ``gold_docs``, ``negative_docs`` and ``evidence_docs`` are ignored. Save the queries as
 ``tasks.jsonl`` beside ``documents.jsonl``.
 
+The search index over the pages is saved beside them, in the hidden folder ``.mosaic-index/``, and mapped by
+every later process (:mod:`envs.web.bm25`); it is rebuilt when a corpus file's size or modification time changes.
+
 ``tasks.jsonl`` holds one task a line::
 
     {"id": "t1", "question": "Who ...?", "answer": "Edra Vane", "aliases": ["Vane"]}
@@ -344,7 +347,7 @@ def _jsonl_site(file: Path) -> CorpusSite:
         raise CorpusError(f"{file} holds no documents (one JSON object a line: {_DOCUMENT_EXAMPLE})")
     name = file.parent.resolve().name if file.name == DOCUMENTS_FILE else file.stem
     index_folder = file.parent.resolve() / INDEX_FOLDER / file.stem
-    return CorpusSite(name, pages, _load_tasks(file.parent / TASKS_FILE), index_folder=index_folder, files=[file])
+    return CorpusSite(name, pages, _load_tasks(file.parent / TASKS_FILE), index_folder=index_folder, files=[file.resolve()])
 
 
 def _document_path(url: str) -> str:
