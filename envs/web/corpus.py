@@ -347,7 +347,8 @@ def _jsonl_site(file: Path) -> CorpusSite:
         raise CorpusError(f"{file} holds no documents (one JSON object a line: {_DOCUMENT_EXAMPLE})")
     name = file.parent.resolve().name if file.name == DOCUMENTS_FILE else file.stem
     index_folder = file.parent.resolve() / INDEX_FOLDER / file.stem
-    return CorpusSite(name, pages, _load_tasks(file.parent / TASKS_FILE), index_folder=index_folder, files=[file.resolve()])
+    return CorpusSite(name, pages, _load_tasks(file.parent / TASKS_FILE), index_folder=index_folder,
+                      files=[file.resolve()])
 
 
 def _document_path(url: str) -> str:
