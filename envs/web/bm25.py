@@ -163,6 +163,7 @@ def save(arrays: Arrays, folder: Path, fingerprint: str) -> None:
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     try:
+        tmp.chmod(0o755)  # mkdtemp's folder is its owner's alone: other users' envs map this index too
         named = {"data.npy": arrays.data, "indices.npy": arrays.indices, "indptr.npy": arrays.indptr,
                  "vocab.npy": arrays.vocab._blob, "vocab_offsets.npy": arrays.vocab._offsets}
         for name, array in named.items():

@@ -69,7 +69,8 @@ class Site(ABC):
     # --- search -------------------------------------------------------------------------------------
     @property
     def index(self):
-        """The BM25 index over :meth:`documents`, built on first use."""
+        """The BM25 index over :meth:`documents`, made on first use: mapped from the index saved at
+        :meth:`index_location` when it matches, else built (and saved there)."""
         if getattr(self, "_index", None) is None:
             from .search import SearchIndex  # here, not at the top: bm25s loads only once a site is searched
 
