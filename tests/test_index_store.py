@@ -9,6 +9,7 @@ import os
 import random
 import sys
 import warnings
+from pathlib import Path
 
 import bm25s
 import numpy as np
@@ -184,3 +185,23 @@ def test_docstring_examples_run():
     import doctest
 
     assert doctest.testmod(bm25).failed == 0
+
+
+def test_processes_started_together_agree_and_leave_one_clean_index(tmp_path):
+    """Three processes load a corpus with no index at once: one builds under the lock, the others map its
+    index; all rank alike, and none warns (no half-written index is ever read)."""
+    import subprocess
+
+    root = write_corpus(tmp_path / "c", docs=200)
+    script = ("import json, sys, warnings; warnings.simplefilter('error'); from envs.web.corpus import load_corpus; "
+              "s = load_corpus(sys.argv[1]); "
+              f"print(json.dumps([[r.path for r in s.search(q, k=20)] for q in {QUERIES!r}]))")
+    repo = str(Path(__file__).parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([repo, os.environ.get("PYTHONPATH", "")])}
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(root)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env) for _ in range(3)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err for _, err in outs]
+    want = [[r.path for r in hits] for hits in results(SearchIndex(list(load_corpus(root).documents())))]
+    assert [json.loads(out) for out, _ in outs] == [want] * 3
+    assert [p.name for p in (root / INDEX_FOLDER).iterdir() if not p.name.endswith(".lock")] == ["documents"]
