@@ -107,7 +107,8 @@ def session_metrics(trajectories: Sequence[Trajectory], success_threshold: float
         "step_quality": quality / steps_n if steps_n else float("nan"),
         "error_steps": errors / steps_n if steps_n else float("nan"),
         "erred": len(erred_success) / n, "recovery": _mean(erred_success), "success_clean": _mean(clean_success),
-        "success_by_length": {k: [len(v), float(np.mean(v))] for k, v in sorted(by_length.items())},
+        # str keys: what JSON (a summary, a checkpoint's state) keeps of them
+        "success_by_length": {str(k): [len(v), float(np.mean(v))] for k, v in sorted(by_length.items())},
     }
 
 

@@ -3,8 +3,10 @@ traceback, no attempt to reach the network for a name that is a typo, and no fol
 
 from __future__ import annotations
 
+import shutil
 import socket
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -103,3 +105,38 @@ def test_bad_train_arguments_are_one_line_and_leave_no_run_folder(tmp_path, caps
     last = err.strip().splitlines()[-1]  # argparse prints its usage first, then the one line
     assert code == 2 and last.startswith("mosaic train") and fragment in last and "Traceback" not in err, err
     assert not out.exists()
+
+
+CORPUS = Path(__file__).parent / "fixtures" / "corpus_jsonl"
+
+
+@pytest.mark.parametrize("command", ["train", "eval", "rollout"])
+def test_a_site_path_that_holds_no_corpus_is_one_line(tmp_path, capsys, command):
+    argv = {"train": ["train", "--out", str(tmp_path / "run")], "eval": [*EVAL, "--out", str(tmp_path / "ev")],
+            "rollout": ["rollout"]}[command]
+    code, err = run_cli([*argv, "--site", str(tmp_path / "no-such-corpus")], capsys)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith(f"mosaic {command}: no corpus at "), err
+    assert "no such file or folder" in lines[0]
+    assert not (tmp_path / "run").exists() and not (tmp_path / "ev").exists()
+
+
+def test_rollout_and_eval_browse_a_corpus_given_by_site(tmp_path, capsys):
+    corpus = tmp_path / "corpus"
+    shutil.copytree(CORPUS, corpus, ignore=shutil.ignore_patterns(".mosaic-index"))
+    code, err = run_cli(["rollout", "--site", str(corpus), "--agent", "oracle", "--split", "all"], capsys)
+    assert code == 0, err
+    code, err = run_cli(["eval", "--site", str(corpus), "--agent", "oracle", "--split", "all", "--n", "1",
+                         "--ks", "1", "--ts", "4", "--tasks", "1", "--no-progress", "--out", str(tmp_path / "ev")],
+                        capsys)
+    assert code == 0, err
+
+
+def test_train_takes_site_and_keeps_it_as_an_absolute_path(monkeypatch):
+    from mosaic_gym.cli import build_parser
+    from mosaic_gym.commands.train import config_from_args
+
+    monkeypatch.chdir(CORPUS.parent)
+    config = config_from_args(build_parser().parse_args(["train", "--site", "corpus_jsonl"]))
+    assert config.env_kwargs["site"] == str(CORPUS.resolve())
+    assert "site" not in config_from_args(build_parser().parse_args(["train"])).env_kwargs

@@ -19,6 +19,9 @@ may be left out (the text's first line stands in); a query's ``query_id`` and ``
 ``question``, and its ``gold_docs``, ``negative_docs`` and ``evidence_docs`` are ignored. Save the queries as
 ``tasks.jsonl`` beside ``documents.jsonl``.
 
+The search index over the pages is saved beside them, in the hidden folder ``.mosaic-index/``, and mapped by
+every later process (:mod:`envs.web.bm25`); it is rebuilt when a corpus file's size or modification time changes.
+
 ``tasks.jsonl`` holds one task a line::
 
     {"id": "t1", "question": "Who ...?", "answer": "Edra Vane", "aliases": ["Vane"]}
@@ -73,6 +76,10 @@ TASK_KEY_ALIASES = {"query_id": "id", "query": "question"}
 #: BrowseComp-Plus query fields that a task does not use (the documents they list are in the corpus already).
 TASK_KEYS_IGNORED = ("gold_docs", "negative_docs", "evidence_docs")
 TITLE_CHARS = 120
+#: The search index is saved here, beside the pages (a hidden folder: never read as part of the corpus).
+INDEX_FOLDER = ".mosaic-index"
+#: Bumped when how files become documents changes: indexes saved before are then rebuilt.
+INDEX_FORMAT = 1
 
 
 class CorpusError(ValueError):
@@ -89,14 +96,16 @@ class CorpusPage:
 
     Attributes:
         path: where the page is served (a site path such as ``/wiki/X``).
-        source: the page's HTML, or the file that holds it (read when the page is asked for).
+        source: the page's HTML, the file that holds it (read when the page is asked for), or ``None`` for a
+            text document, shown as simple paragraphs of ``text`` (made when the page is asked for: holding
+            every page's HTML beside its text would double a large corpus in memory).
         title: the page's title; ``""`` to take it from the HTML.
         text: the page's searchable text; ``None`` to take the visible text of the HTML.
         aliases: other paths that serve the same page.
     """
 
     path: str
-    source: str | Path
+    source: str | Path | None
     title: str = ""
     text: str | None = None
     aliases: tuple[str, ...] = ()
@@ -111,8 +120,12 @@ class CorpusSite(Site):
         (['Home'], None)
     """
 
-    def __init__(self, name: str, pages: Sequence[CorpusPage], tasks: Sequence[Task] = ()):
+    def __init__(self, name: str, pages: Sequence[CorpusPage], tasks: Sequence[Task] = (),
+                 index_folder: Path | None = None, files: Sequence[Path] = ()):
+        """``index_folder``: where the search index is saved (``None``: in memory only); ``files``: what the
+        pages are read from, whose sizes and times say whether a saved index is still this corpus's."""
         self.name = name
+        self._index_folder, self._files = index_folder, tuple(files)
         self.tasks = tuple(tasks)
         self.pages = tuple(pages)
         self._routes: dict[str, CorpusPage] = {page.path: page for page in self.pages}
@@ -130,6 +143,13 @@ class CorpusSite(Site):
         page = self._routes.get(path)
         return None if page is None else _read(page)
 
+    def index_location(self) -> tuple[Path, str] | None:
+        if self._index_folder is None:
+            return None
+        files = self._files or [p.source for p in self.pages if isinstance(p.source, Path)]
+        stats = [(str(f), *_stat(f)) for f in files]
+        return self._index_folder, _fingerprint([INDEX_FORMAT, len(self.pages), stats])
+
     def _document(self, page: CorpusPage) -> Document:
         html = _read(page) if not page.title or page.text is None else ""
         name = page.path.rstrip("/").rsplit("/", 1)[-1].replace("_", " ")
@@ -137,7 +157,21 @@ class CorpusSite(Site):
         return Document(page.path, title, html_text(html) if page.text is None else page.text)
 
 
+def _stat(file: Path) -> tuple[int, int]:
+    try:
+        st = file.stat()
+    except OSError:  # gone since the corpus loaded: no saved index matches
+        return (-1, -1)
+    return st.st_size, st.st_mtime_ns
+
+
+def _fingerprint(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value).encode("utf-8")).hexdigest()
+
+
 def _read(page: CorpusPage) -> str:
+    if page.source is None:
+        return text_to_html(page.title, page.text or "")
     if isinstance(page.source, Path):
         return page.source.read_text(encoding="utf-8", errors="replace")
     return page.source
@@ -176,7 +210,8 @@ def load_corpus(path: str | os.PathLike) -> CorpusSite:
             f"no corpus in {root}: it holds neither .html files nor {DOCUMENTS_FILE} "
             f"(one JSON object a line: {_DOCUMENT_EXAMPLE})"
         )
-    return CorpusSite(root.resolve().name, pages, _load_tasks(root / TASKS_FILE))
+    top = root.resolve()
+    return CorpusSite(top.name, pages, _load_tasks(root / TASKS_FILE), index_folder=top / INDEX_FOLDER / "html")
 
 
 # --- folders of HTML ----------------------------------------------------------------------------------
@@ -307,11 +342,13 @@ def _jsonl_site(file: Path) -> CorpusSite:
             pages.append(CorpusPage(path, _string(record, "html", where, _DOCUMENT_EXAMPLE, empty=True), title))
         else:
             text = _string(record, "text", where, _DOCUMENT_EXAMPLE, empty=True)
-            pages.append(CorpusPage(path, text_to_html(title, text), title, text))
+            pages.append(CorpusPage(path, None, title, text))
     if not pages:
         raise CorpusError(f"{file} holds no documents (one JSON object a line: {_DOCUMENT_EXAMPLE})")
     name = file.parent.resolve().name if file.name == DOCUMENTS_FILE else file.stem
-    return CorpusSite(name, pages, _load_tasks(file.parent / TASKS_FILE))
+    index_folder = file.parent.resolve() / INDEX_FOLDER / file.stem
+    return CorpusSite(name, pages, _load_tasks(file.parent / TASKS_FILE), index_folder=index_folder,
+                      files=[file.resolve()])
 
 
 def _document_path(url: str) -> str:

@@ -13,15 +13,18 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import re
 import threading
 from collections import OrderedDict
+from pathlib import Path
 from typing import Iterator, Sequence
 
 import bm25s
 import numpy as np
 from bm25s.stopwords import STOPWORDS_EN
 
+from . import bm25
 from .types import Document, SearchResult
 
 # A title counts as much as this many mentions in the text, so that a page about a name outranks pages
@@ -45,7 +48,8 @@ def terms(text: str) -> list[str]:
     >>> terms("The teacher of Edra Vane")
     ['teacher', 'edra', 'vane']
     """
-    return [w for w in _WORD.findall(text.casefold()) if w not in _STOPWORDS]
+    # filterfalse over the set's own __contains__ runs in C: indexing a large corpus spends its time here.
+    return list(itertools.filterfalse(_STOPWORDS.__contains__, _WORD.findall(text.casefold())))
 
 
 class SearchIndex:
@@ -56,17 +60,27 @@ class SearchIndex:
 
     Args:
         documents: the pages to index, in a fixed order.
+        folder: where the index is saved and, in later processes, memory-mapped from (see
+            :func:`envs.web.bm25.open_or_build`); ``None`` builds it in memory.
+        fingerprint: what the documents are made from; a saved index of another fingerprint is rebuilt.
     """
 
-    def __init__(self, documents: Sequence[Document]):
+    def __init__(self, documents: Sequence[Document], folder: Path | None = None, fingerprint: str = ""):
         self.documents = list(documents)
         self._bm25: bm25s.BM25 | None = None
-        corpus = [terms(f"{d.title} " * TITLE_WEIGHT + d.text) for d in self.documents]
-        if any(corpus):  # bm25s cannot index a corpus without a single word
-            self._bm25 = bm25s.BM25()
-            self._bm25.index(corpus, show_progress=False)
+        self._vocab: bm25.Vocabulary | None = None
+        arrays = bm25.open_or_build(self._terms, len(self.documents), folder, fingerprint)
+        if len(arrays.vocab):  # bm25s cannot score a corpus without a single word
+            self._bm25 = bm25s.BM25(k1=bm25.K1, b=bm25.B)
+            self._bm25.scores = {"data": arrays.data, "indices": arrays.indices, "indptr": arrays.indptr,
+                                 "num_docs": arrays.n_docs}
+            self._bm25.nonoccurrence_array = None  # what bm25s.BM25.index sets for Lucene BM25
+            self._vocab = arrays.vocab
         self._cache: OrderedDict[tuple[str, int], tuple[SearchResult, ...]] = OrderedDict()
         self._lock = threading.Lock()
+
+    def _terms(self) -> Iterator[list[str]]:
+        return (terms(f"{d.title} " * TITLE_WEIGHT + d.text) for d in self.documents)
 
     def search(self, query: str, k: int = 10) -> list[SearchResult]:
         """The ``k`` best pages for ``query``; ``[]`` when no page matches or the query has no usable words.
@@ -96,7 +110,7 @@ class SearchIndex:
         if self._bm25 is None or k <= 0:
             return []
         query_terms = sorted(set(terms(query)))
-        ids = self._bm25.get_tokens_ids(query_terms)
+        ids = [i for i in map(self._vocab.lookup, query_terms) if i is not None]
         if not ids:
             return []
         scores = self._bm25.get_scores_from_ids(ids)

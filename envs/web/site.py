@@ -20,6 +20,7 @@ import html as html_lib
 import urllib.parse
 from abc import ABC, abstractmethod
 from functools import lru_cache
+from pathlib import Path
 from typing import Iterator
 
 from .types import Document, SearchResult, Task, normalize_answer
@@ -68,12 +69,21 @@ class Site(ABC):
     # --- search -------------------------------------------------------------------------------------
     @property
     def index(self):
-        """The BM25 index over :meth:`documents`, built on first use."""
+        """The BM25 index over :meth:`documents`, made on first use: mapped from the index saved at
+        :meth:`index_location` when it matches, else built (and saved there)."""
         if getattr(self, "_index", None) is None:
             from .search import SearchIndex  # here, not at the top: bm25s loads only once a site is searched
 
-            self._index = SearchIndex(list(self.documents()))
+            location = self.index_location()
+            folder, fingerprint = location if location is not None else (None, "")
+            self._index = SearchIndex(list(self.documents()), folder, fingerprint)
         return self._index
+
+    def index_location(self) -> tuple[Path, str] | None:
+        """Where this site's search index is saved, and the fingerprint of what it is built from (a saved
+        index of another fingerprint is rebuilt); ``None`` keeps the index in memory (a generated site
+        builds it in well under a second)."""
+        return None
 
     def search(self, query: str, k: int = SEARCH_RESULTS) -> list[SearchResult]:
         """The ``k`` best pages for ``query`` (BM25 over titles and text)."""

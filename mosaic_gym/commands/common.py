@@ -60,7 +60,8 @@ def add_env_args(p: argparse.ArgumentParser, env_id: str = "mosaic/WebQA-v0", de
     """The env options every subcommand takes."""
     g = p.add_argument_group("environment")
     g.add_argument("--env", default=env_id, choices=sorted(envs.VARIANTS), help="environment id")
-    g.add_argument("--site", default="builtin", help="'builtin' or a corpus folder (see README)")
+    g.add_argument("--site", default="builtin", help="'builtin', or a corpus: a folder of .html files, a folder with "
+                   "documents.jsonl, or a .jsonl documents file (see README)")
     g.add_argument("--site-seed", type=int, default=0, help="which builtin site")
     g.add_argument("--site-size", type=int, default=site_size, help="entities of the builtin site")
     g.add_argument("--split", default="test", choices=["train", "test", "all"], help="task split")

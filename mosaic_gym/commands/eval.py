@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
@@ -60,7 +61,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="evaluate N tasks spread evenly over the split (None: all of them)")
     e.add_argument("--num-envs", type=int, default=8, help="episodes run side by side (batched agent calls)")
     e.add_argument("--out", default="eval", metavar="DIR", help="folder for passkt.csv/.md/.json/.png")
-    e.add_argument("--no-progress", action="store_true", help="hide progress bars (the evaluation's and the model loader's)")
+    e.add_argument("--no-progress", action="store_true",
+                   help="hide progress bars (the evaluation's, the model loader's, indexing a corpus)")
     p.set_defaults(run=run)
 
 
@@ -86,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
         from transformers.utils import logging as transformers_logging
 
         transformers_logging.disable_progress_bar()
+        os.environ["TQDM_DISABLE"] = "1"  # every other bar: indexing a corpus, and in the env workers too
     try:
         env = make_env(args, **({"candidates": True} if args.candidates or args.mode == "choose" else {}))
     except (TypeError, ValueError) as err:  # a bad env kwarg or value, explained by the env

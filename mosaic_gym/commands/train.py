@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 from .common import HelpFormatter, budgets, device, fraction, hops, parse_hops
 
 # The settings (dotted TrainConfig fields) each flag sets: what --resume checks a flag given explicitly against.
 SETS = {
-    "algo": ("algo",), "env": ("env_id",), "site_size": ("env_kwargs.site_size",),
+    "algo": ("algo",), "env": ("env_id",), "site": ("env_kwargs.site",), "site_size": ("env_kwargs.site_size",),
     "site_seed": ("env_kwargs.site_seed",), "hops": ("env_kwargs.hops",), "max_steps": ("env_kwargs.max_steps",),
     "session_max_tokens": ("env_kwargs.session_max_tokens",), "budgets": ("budgets",), "model": ("model",),
     "mode": ("mode", "env_kwargs.candidates"), "group_size": ("group_size",), "tasks_per_iter": ("tasks_per_iter",),
@@ -56,6 +57,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.register("action", None, _Given)  # the default action: every flag below notes that it was given
     p.add_argument("--algo", default=d.algo, choices=["broadcast", "mosaic"], help="credit assignment")
     p.add_argument("--env", default=d.env_id, help="environment id (mosaic/WebQA-v0, -Compact-, -Fork-, -Single-)")
+    p.add_argument("--site", default="builtin",
+                   help="'builtin', or a corpus: a folder of .html files, a folder with documents.jsonl, or a "
+                        ".jsonl documents file (see README)")
     p.add_argument("--site-size", type=int, default=d.env_kwargs["site_size"], help="entities of the builtin site")
     p.add_argument("--site-seed", type=int, default=0, help="which builtin site")
     p.add_argument("--hops", type=hops, default=str(d.env_kwargs["hops"]), help="task difficulty: N or LO-HI")
@@ -123,6 +127,9 @@ def config_from_args(args: argparse.Namespace):
 
     env_kwargs = {"site_size": args.site_size, "site_seed": args.site_seed, "hops": parse_hops(args.hops),
                   "max_steps": args.max_steps, "candidates": args.mode == "choose"}
+    if args.site != "builtin":
+        # Absolute: a resumed run, started from another folder, still finds its corpus.
+        env_kwargs["site"] = os.path.abspath(args.site) if args.site.strip() else args.site
     if args.session_max_tokens is not None:
         env_kwargs["session_max_tokens"] = args.session_max_tokens
     try:
