@@ -59,14 +59,14 @@ PRESETS: dict[str, dict[str, Any]] = {
         "env_id": "mosaic/WebQA-Compact-v0",
         "env_kwargs": {"site_size": 600, "hops": [1, 2], "max_steps": 12, "candidates": True,
                        "session_max_tokens": 1000},
-        "bc_styles": COMPACTION_STYLES, "bc_episodes": 120, "eval_budgets": [4, 8],  # and 12, the env's
+        "bc_styles": COMPACTION_STYLES, "bc_episodes": 64, "eval_budgets": [4, 8],  # and 12, the env's
     },
     # Compare tasks: fork each sub-question to a subagent, or do both in one session (the window holds both).
     "fork": {
         "env_id": "mosaic/WebQA-Fork-v0",
         "env_kwargs": {"site_size": 600, "hops": [2, 3], "families": ["compare"], "max_steps": 16,
                        "candidates": True, "session_max_tokens": 2400},
-        "bc_styles": FORK_STYLES, "bc_episodes": 120,
+        "bc_styles": FORK_STYLES, "bc_episodes": 64,
     },
 }
 # --quick: the same presets on a small site with tiny runs (what the tests run; the numbers mean nothing).
@@ -74,8 +74,8 @@ QUICK = {"bc_episodes": 4, "bc_epochs": 1, "iterations": 1, "tasks_per_iter": 1,
          "eval_episodes": 1, "num_envs": 4, "continuations": 1}
 QUICK_ENV = {"compaction": {"site_size": 120, "hops": 1, "session_max_tokens": 700, "max_steps": 8},
              "fork": {"site_size": 120, "hops": 2, "max_steps": 10, "session_max_tokens": 1200}}
-# Sized so that one run takes about 12 minutes on a free core: a claim's 6 runs fit 90 minutes on 2 cores.
-FULL = {"iterations": 6, "tasks_per_iter": 4, "group_size": 8, "eval_episodes": 2, "num_envs": 32,
+# Sized so that one run takes about 25 minutes on a free core: a claim's 6 runs fit 90 minutes on 2 cores.
+FULL = {"iterations": 5, "tasks_per_iter": 4, "group_size": 8, "eval_episodes": 1, "num_envs": 32,
         "temperature": 1.0}
 
 
