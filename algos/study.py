@@ -73,7 +73,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 QUICK = {"bc_episodes": 4, "bc_epochs": 1, "iterations": 1, "tasks_per_iter": 1, "group_size": 4,
          "eval_episodes": 1, "num_envs": 4, "continuations": 1}
 QUICK_ENV = {"compaction": {"site_size": 120, "hops": 1, "session_max_tokens": 700, "max_steps": 8},
-             "fork": {"site_size": 120, "hops": 2, "max_steps": 10, "session_max_tokens": 1200}}
+             "fork": {"site_size": 120, "hops": 2, "max_steps": 12}}
 # Sized so that one run takes about 25 minutes on a free core: a claim's 6 runs fit 90 minutes on 2 cores.
 FULL = {"iterations": 5, "tasks_per_iter": 4, "group_size": 8, "eval_episodes": 1, "num_envs": 32,
         "temperature": 1.0}
@@ -154,6 +154,8 @@ def run_claim(claim: str, out: str | Path, seeds: int = 3, quick: bool = False, 
         config.resume = (folder / "config.json").exists()
         log(f"{arm.name} seed {seed}: {'resuming' if config.resume else 'starting'} ({folder})")
         todo.append(config)
+    # Seed by seed, every arm of a seed together: a study stopped early still holds complete pairs.
+    todo.sort(key=lambda c: c.seed)
     if jobs <= 1 or len(todo) <= 1:
         for config in todo:
             _train_quietly(config)

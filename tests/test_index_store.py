@@ -162,6 +162,8 @@ def test_envs_in_one_process_share_one_index(tmp_path):
 
 def test_a_large_corpus_shows_progress_unless_tqdm_is_disabled(monkeypatch, capsys):
     corpus = [terms("a lighthouse keeper"), terms("a painter")] * 5
+    # `mosaic eval --no-progress` run in this process (tests/test_cli_errors.py) sets it for the whole process.
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)
     monkeypatch.setattr(bm25, "PROGRESS_MIN_DOCS", 4)
     bm25.build(iter(corpus), total=len(corpus))
     assert "indexing" in capsys.readouterr().err

@@ -46,7 +46,8 @@ from algos.config import TrainConfig
 from algos.pg import PolicyGradient
 from algos.rollout import Collector, Request
 from algos.train import budget_sampler, rl_iteration
-from mosaic_gym.bench.common import emit, figure, fill_defaults, machine, torch_machine
+from mosaic_gym.bench.common import (add_settings_flags, emit, figure, fill_defaults, machine, settings_argv,
+                                     torch_machine)
 
 PACKAGES = ("torch", "transformers", "tokenizers", "gymnasium")
 ROWS = (("broadcast", "broadcast", "rollout"), ("mosaic-rollout", "mosaic", "rollout"),
@@ -63,7 +64,7 @@ QUICK_TRAIN_ARGS = ["--site-size", "120", "--max-steps", "4", "--bc-episodes", "
 def iteration_config(args: argparse.Namespace) -> TrainConfig:
     """The demo's settings (``TrainConfig()``), smaller with ``--quick``."""
     base = TrainConfig()
-    if not args.quick:
+    if args.settings == "full":
         return base
     return dataclasses.replace(base, env_kwargs={**base.env_kwargs, **QUICK_ENV}, **QUICK_CONFIG)
 
@@ -110,7 +111,7 @@ def peak_rss_mb(code: str) -> float:
 def train_memory(args: argparse.Namespace) -> dict[str, Any]:
     """Peak RSS of a short ``mosaic train`` run, and of a bare process that builds the same model."""
     with tempfile.TemporaryDirectory() as tmp:
-        train_args = (QUICK_TRAIN_ARGS if args.quick else []) + [
+        train_args = (QUICK_TRAIN_ARGS if args.settings != "full" else []) + [
             "--iterations", str(args.memory_iterations), "--out", str(Path(tmp) / "run")]
         bare = ("import gymnasium as gym, torch, transformers, envs; from agents.models import default_texts, "
                 f"load_model; env = gym.make('mosaic/WebQA-v0', **{iteration_config(args).env_kwargs!r}); "
@@ -125,14 +126,17 @@ def train_memory(args: argparse.Namespace) -> dict[str, Any]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="fresh model, one group of 2 on a small site, 4 steps")
+    add_settings_flags(parser, quick="fresh model, one group of 2 on a small site, 4 steps",
+                       smoke="as --quick")
     parser.add_argument("--bc-episodes", type=int, help="oracle demonstrations to warm-start on (default 30; "
                                                         "quick: 0, a fresh model)")
     parser.add_argument("--memory-iterations", type=int, default=1, help="RL iterations of the memory run")
     parser.add_argument("--no-memory", action="store_true", help="skip the mosaic train memory run")
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--out", type=Path, help="also write the JSON here")
-    return fill_defaults(parser.parse_args(argv), quick=dict(bc_episodes=0), full=dict(bc_episodes=30))
+    args = fill_defaults(parser.parse_args(argv), {"full": {"bc_episodes": 30}, "quick": {"bc_episodes": 0},
+                                                  "smoke": {"bc_episodes": 0}})
+    return args
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
@@ -158,7 +162,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     same = len({(r["success"], r["sessions"], r["steps"]) for r in rows.values()}) == 1
     return {
         "bench": "iteration",
-        "quick": args.quick,
+        "settings": args.settings,
         "machine": {**machine(PACKAGES), **torch_machine()},
         "config": {"env_kwargs": base.env_kwargs, "model": base.model, "mode": base.mode,
                    "tasks_per_iter": base.tasks_per_iter, "group_size": base.group_size,
@@ -172,9 +176,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def run(quick: bool = False) -> dict[str, Any]:
-    """The benchmark with its default settings (``quick``: a fresh model, one small group)."""
-    return measure(parse_args(["--quick"] if quick else []))
+def run(settings: str = "full") -> dict[str, Any]:
+    """The benchmark at ``settings`` (one of :data:`~mosaic_gym.bench.common.SETTINGS`)."""
+    return measure(parse_args(settings_argv(settings)))
 
 
 def figures(result: dict[str, Any]) -> list[dict[str, Any]]:

@@ -193,7 +193,7 @@ def figures(result: dict[str, Any]) -> list[dict[str, Any]]:
                "the same queries again (cached)", search["cached_per_s"]),
         figure("site.render + html_to_view, pages not rendered before", render["both_per_s"], "pages/s",
                "html_to_view alone on the same HTML", render["html_to_view_per_s"]),
-        *corpus_figures(result["corpora"][-1]),
+        *(corpus_figures(result["corpora"][-1]) if result["corpora"] else []),  # a smoke run has no corpus
     ]
 
 
