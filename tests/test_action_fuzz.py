@@ -158,9 +158,11 @@ def megabyte_strings(draw):
     read), or a call whose argument is a megabyte long."""
     piece = draw(_filler_pieces)
     filler = piece * (draw(st.integers(MEGABYTE, 3 * MEGABYTE)) // len(piece))
+    # A quoted argument a megabyte long (a filler of quotes alone would leave it empty: a valid short action).
+    inner = filler.replace('"', "") or "x" * MEGABYTE
     action = draw(st.sampled_from([filler, filler + 'search("x")', filler + 'open(1)',
-                                   'search("' + filler.replace('"', "") + '")', f"<think>{filler}",
-                                   "<tool_call>" + filler, 'compact("' + filler.replace('"', "") + '")']))
+                                   'search("' + inner + '")', f"<think>{filler}",
+                                   "<tool_call>" + filler, 'compact("' + inner + '")']))
     return action, True
 
 
