@@ -183,8 +183,13 @@ def _train_quietly(config: TrainConfig, threads: int | None = None) -> None:
 
 
 def _finished(folder: Path) -> dict[str, Any] | None:
+    """The run's ``summary.json``, or None if it has none or one cut short (a kill while it was written): such
+    a run is resumed from its checkpoint, which writes the summary again."""
     path = folder / "summary.json"
-    return json.loads(path.read_text()) if path.is_file() else None
+    try:
+        return json.loads(path.read_text()) if path.is_file() else None
+    except (ValueError, UnicodeDecodeError):
+        return None
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -77,6 +77,17 @@ def test_run_folders_and_settings():
     assert set(CLAIMS) == {"compaction", "fork", "budgets", "recovery"}
 
 
+def test_a_summary_cut_short_counts_as_unfinished(tmp_path):
+    from algos.study import _finished
+
+    (tmp_path / "summary.json").write_bytes(b'{"success_final": {"succ')
+    assert _finished(tmp_path) is None
+    (tmp_path / "summary.json").write_bytes(b"\xff\xfe")
+    assert _finished(tmp_path) is None
+    (tmp_path / "summary.json").write_text('{"iterations": 5}')
+    assert _finished(tmp_path) == {"iterations": 5}
+
+
 def test_interval():
     assert interval([1.0, 1.0]) == {"mean": 1.0, "ci95": 0.0, "n": 2}
     assert interval([None, 0.5]) == {"mean": 0.5, "ci95": None, "n": 1}
