@@ -7,7 +7,11 @@ a known tool, exactly one argument of the right type. Two forms are accepted::
     search("Edra Vane")
 
 When the text holds several calls, the first one that parses is taken (a model that rambles on after its call
-is not punished for it).
+is not punished for it). An example call that the env itself showed, with the words that introduce it
+("Example: open(2)", "e.g. search(\"x\")": :data:`ECHOES`), is blanked out first: a small model that echoes
+the prompt or an error's hint does not execute the example, and writing the same call on its own still works.
+(The other choice, taking the *last* call, would not help an agent that stops generating at its first complete
+call, as :class:`agents.llm.LLMAgent` does, and would punish rambling.)
 
 Any action, however hostile, costs a bounded amount of work (``env.step`` promises never to raise, and a step
 must stay cheap): the parser reads at most :data:`MAX_ACTION_CHARS` characters (the error of a longer action
@@ -36,7 +40,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from .checks import shown
-from .prompts import NO_CALL_FOUND, OPEN_TAKES
+from .prompts import NO_CALL_FOUND, OPEN_TAKES, SHOWN_EXAMPLES
 
 #: Every tool and the name of its one argument.
 TOOL_ARGS: dict[str, str] = {
@@ -81,6 +85,11 @@ _ASCII_DIGITS = re.compile(r"[0-9]+")
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
+def _example(name: str, lead: str = "e.g.") -> str:
+    """An example call of tool ``name`` as a hint shows it, with its lead words (``e.g. search("x")``)."""
+    return f"{lead} {format_action(name, 1 if name == 'open' and lead == 'write' else 'x')}"
+
+
 class ActionError(ValueError):
     """An action the env cannot execute; its message is shown to the agent."""
 
@@ -120,6 +129,24 @@ def type_name(value: object) -> str:
     except Exception:  # noqa: BLE001  (a user's metaclass may raise anything)
         return "object"
     return name if type(name) is str else "object"
+
+
+#: Every example call the env shows, with its lead words, longest first (see the module's docstring).
+ECHOES: tuple[str, ...] = tuple(sorted(
+    {*SHOWN_EXAMPLES, *(_example(name, lead) for name in TOOL_ARGS for lead in ("e.g.", "write"))},
+    key=len, reverse=True))
+
+
+def without_echoes(text: str) -> str:
+    """``text`` with every :data:`ECHOES` phrase replaced by a space (one ``str.replace`` each: linear).
+
+    >>> without_echoes('The hint said: Call one tool, e.g. search("Edra Vane"). So: open(3)')
+    'The hint said: Call one tool,  . So: open(3)'
+    """
+    for phrase in ECHOES:
+        if phrase in text:
+            text = text.replace(phrase, " ")
+    return text
 
 
 def parse_action(text: object) -> Action:
@@ -177,7 +204,7 @@ def _call_starts(text: str) -> Iterator[re.Match[str]]:
 
 
 def _parse(text: str) -> Action:
-    visible = strip_think(text)
+    visible = without_echoes(strip_think(text))
     body = _tool_call_body(visible)
     if body is not None:
         return _parse_json_call(body)
@@ -194,13 +221,13 @@ def _parse(text: str) -> Action:
 
 def call_complete(text: str) -> bool:
     """Whether ``text`` holds a finished tool call: a ``</tool_call>`` closing a ``<tool_call>``, or the ``)``
-    closing a ``name(`` call outside string literals (``<think>`` blocks are not looked at). A generating
-    model can stop there.
+    closing a ``name(`` call outside string literals (``<think>`` blocks and echoed examples, :data:`ECHOES`, are
+    not looked at). A generating model can stop there.
 
     >>> call_complete('search("a (b")'), call_complete('search("a)'), call_complete("<think>open(1)</think>")
     (True, False, False)
     """
-    visible = strip_think(text)
+    visible = without_echoes(strip_think(text))
     tag = visible.find("<tool_call>")
     call = next(_call_starts(visible), None)
     if tag >= 0 and (call is None or tag < call.start()):
@@ -250,9 +277,9 @@ def _parse_python_call(text: str, match: re.Match[str]) -> Action:
     if end is not None:
         return _expression_call(name, text[start:end])
     if stop == len(text):
-        raise ActionError(f"{name}( is never closed: write {format_action(name, 'x' if name != 'open' else 1)}")
+        raise ActionError(f"{name}( is never closed: {_example(name, 'write')}")
     raise ActionError(f"cannot read the argument of {name}(...): write one quoted text of at most {MAX_ARG_CHARS} "
-                      f"characters or one number, e.g. {format_action(name, 'x')}")
+                      f"characters or one number, {_example(name)}")
 
 
 def _simple_call(name: str, match: re.Match[str]) -> Action:
@@ -296,7 +323,7 @@ def _expression(source: str) -> ast.expr:
 
 
 def _unreadable(name: str) -> str:
-    return f"cannot read the argument of {name}(...): quote text arguments, e.g. {format_action(name, 'x')}"
+    return f"cannot read the argument of {name}(...): quote text arguments, {_example(name)}"
 
 
 def _closing_paren(text: str, start: int, stop: int | None = None) -> int | None:
@@ -335,7 +362,7 @@ def _check_arg(name: str, value: object) -> str | int:
     if value is _MISSING:
         if name == "scroll":
             return "down"
-        raise ActionError(f"{name} needs its argument {expected}, e.g. {format_action(name, 'x')}")
+        raise ActionError(f"{name} needs its argument {expected}, {_example(name)}")
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise ActionError(f"the argument of {name} must be text, not {type_name(value)}")
     if isinstance(value, int) and not -_NUMBER_LIMIT < value < _NUMBER_LIMIT:

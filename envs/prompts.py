@@ -25,17 +25,23 @@ from typing import Mapping, Sequence
 
 ROLE_TAG = {"system": "<|system|>", "user": "<|user|>", "assistant": "<|assistant|>"}
 
+#: The example call of each tool's line in the system prompt.
+_TOOL_EXAMPLES = {"search": 'search("Edra Vane")', "open": "open(2)", "find": 'find("born")',
+                  "answer": 'answer("Oskarde")'}
+#: The JSON call form as the system prompt describes it.
+JSON_FORM = '<tool_call>{"name": "search", "arguments": {"query": "..."}}</tool_call>'
+
 _TOOLS = {
-    "search": 'search(query): search the site; shows numbered results. Example: search("Edra Vane")',
+    "search": "search(query): search the site; shows numbered results. Example: " + _TOOL_EXAMPLES["search"],
     "open": "open(target): open a result number, a link number of the current page, or a path such as "
-    '"/wiki/Edra_Vane"; shows the first part of the page. Example: open(2)',
+    '"/wiki/Edra_Vane"; shows the first part of the page. Example: ' + _TOOL_EXAMPLES["open"],
     "scroll": 'scroll(direction): "down" or "up" to the next or previous part of the current page',
-    "find": 'find(text): the passages of the current page that contain the text. Example: find("born")',
+    "find": "find(text): the passages of the current page that contain the text. Example: " + _TOOL_EXAMPLES["find"],
     "compact": "compact(summary): end this session; a new one starts with only the task and your summary. "
     "Write down everything you will still need.",
     "fork": "fork(task): start a subagent with a fresh context on a sub-question; you wait for its result",
     "finish": "finish(result): (subagents only) return your result to the agent that forked you",
-    "answer": 'answer(text): give the final answer and end the episode. Example: answer("Oskarde")',
+    "answer": "answer(text): give the final answer and end the episode. Example: " + _TOOL_EXAMPLES["answer"],
 }
 
 
@@ -44,7 +50,7 @@ def system_prompt(tools: Sequence[str]) -> str:
     lines = [
         "You are a research agent browsing an offline encyclopedia website to answer a question.",
         "Call exactly one tool per turn, either as name(\"argument\") or as",
-        '<tool_call>{"name": "search", "arguments": {"query": "..."}}</tool_call>.',
+        f"{JSON_FORM}.",
         "Tools:",
     ]
     lines += [f"- {_TOOLS[t]}" for t in tools]
@@ -80,13 +86,23 @@ def budget_note(steps_left: int) -> str:
 
 # The hints of action errors that are sentences to the agent (the errors are raised where they are found).
 #: The example calls shown when an action holds no tool call.
-CALL_EXAMPLES = 'search("Edra Vane") or <tool_call>{"name": "search", "arguments": {"query": "Edra Vane"}}</tool_call>'
+_CALL_EXAMPLE = 'search("Edra Vane")'
+_JSON_EXAMPLE = '<tool_call>{"name": "search", "arguments": {"query": "Edra Vane"}}</tool_call>'
+CALL_EXAMPLES = f"{_CALL_EXAMPLE} or {_JSON_EXAMPLE}"
 NO_CALL_FOUND = f"no tool call found. Call one tool, e.g. {CALL_EXAMPLES}"
 NO_PAGE_OPEN = "no page is open; search or open one first"
 OPEN_TAKES = 'open takes a result or link number, or a path such as "/wiki/Edra_Vane"'
 ANSWER_IN_SUBAGENT = "a subagent returns its result with finish(result); answer() is for the root"
 FINISH_IN_ROOT = "finish() returns a subagent's result; the root agent ends with answer(text)"
 REPLY_BECAME_SUMMARY = "the context was full and the reply was not compact(summary): the reply became the summary"
+
+#: Every example call the env shows here, with the words that introduce it ("Example: open(2)", "e.g. ...").
+#: A small model often echoes the prompt or an error's hint; the parser blanks these phrases out first
+#: (:func:`envs.actions.parse_action`), so an echoed example is never executed, while the same call written
+#: on its own still is. The hints of :mod:`envs.actions` add theirs.
+SHOWN_EXAMPLES: tuple[str, ...] = (
+    f"e.g. {CALL_EXAMPLES}", CALL_EXAMPLES, f"e.g. {_CALL_EXAMPLE}", _JSON_EXAMPLE, JSON_FORM,
+    *(f"Example: {call}" for call in _TOOL_EXAMPLES.values()))
 
 
 def render_transcript(messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = True) -> str:

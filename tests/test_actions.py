@@ -101,3 +101,47 @@ def test_no_action_raises_and_the_budget_holds(actions):
             assert terminated or info["truncation_reason"] == "max_steps"
         if terminated or truncated:
             break
+
+
+# --- echoed examples: a small model that repeats the prompt or an error's hint executes nothing -------------
+def _shown_texts() -> list[str]:
+    """Everything the env shows that holds example calls: its system prompt, and the error of every bad action
+    below as the env reports it (``info["action_error"]``), so a new hint is covered without being listed here."""
+    env = gym.make("mosaic/WebQA-Fork-v0", site_size=SITE_SIZE)
+    _, info = env.reset(seed=0)
+    texts = [info["messages"][0]["content"]]
+    bad = ["hello", "search(", "search(x)", "search()", 'open("x" "y")', "open(0)", "scroll()", 'find("born")',
+           'finish("r")', "fork(", "answer(", "compact(1, 2)", 'open(' + "9" * 2000 + ")", "open([1])"]
+    for action in bad:
+        _, _, terminated, truncated, info = env.step(action)
+        if info["action_error"]:
+            texts.append(info["action_error"])
+        assert not (terminated or truncated)
+    return texts
+
+
+SHOWN = _shown_texts()
+_PROSE = st.text(st.characters(categories=["L", "Zs"]), max_size=40)
+_CALLS = st.sampled_from(['open(3)', 'search("Mira Holt")', 'answer("Tessaly")', 'find("1911")',
+                          '<tool_call>{"name": "open", "arguments": {"target": 2}}</tool_call>'])
+
+
+def test_the_env_shows_example_calls_and_none_of_them_runs_when_echoed():
+    # The examples are there (the test would pass vacuously otherwise), and echoing any shown text runs nothing.
+    assert sum(any(lead in t for lead in ('e.g. ', 'Example: ', 'write ')) for t in SHOWN) >= 5
+    for text in SHOWN:
+        with pytest.raises(ActionError):
+            parse_action(text)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(before=_PROSE, echo=st.sampled_from(SHOWN), after=_PROSE, call=_CALLS, call_first=st.booleans())
+def test_a_real_call_beside_an_echoed_hint_is_the_one_executed(before, echo, after, call, call_first):
+    text = f"{call} {before}{echo}{after}" if call_first else f"{before}{echo}{after} {call}"
+    assert parse_action(text) == parse_action(call)
+
+
+def test_an_example_written_on_its_own_is_still_a_call():
+    # Only the phrase with its lead words is blanked: the model may well mean open(2) or search("Edra Vane").
+    assert parse_action("open(2)") == Action("open", 2)
+    assert parse_action('I will search("Edra Vane")') == Action("search", "Edra Vane")
