@@ -203,8 +203,25 @@ def load_smollm2(dtype: torch.dtype = torch.float32) -> tuple[PreTrainedModel, P
             raise ModuleNotFoundError(f"loading SmolLM2 needs {module}: {SMOLLM2_INSTALL}") from None
     folder, name = str(gguf_path.parent), gguf_path.name
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=dtype)
-    return model.eval(), tokenizer
+    loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=dtype)
+    return plain_copy(loaded).eval(), tokenizer
+
+
+def plain_copy(model: PreTrainedModel) -> PreTrainedModel:
+    """``model`` as a plain model of its architecture, without the quantizer a GGUF load attaches.
+
+    The weights of a GGUF load are already de-quantized to the asked dtype, but the model still carries the GGUF
+    quantizer, and ``save_pretrained`` refuses it ("quantized with gguf and is not serializable"), so a training
+    run could not save its model. The copy holds the same weight tensors and saves and loads back as an ordinary ``save_pretrained`` folder.
+    """
+    config = model.config
+    if getattr(config, "quantization_config", None) is not None:
+        del config.quantization_config
+    plain = AutoModelForCausalLM.from_config(config, dtype=next(model.parameters()).dtype)
+    plain.load_state_dict(model.state_dict(), assign=True)  # assign: the loaded tensors, not copies
+    plain.tie_weights()
+    plain.generation_config = model.generation_config
+    return plain
 
 
 def load_tokenizer(folder: str | Path) -> PreTrainedTokenizerBase:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import tempfile
+
 import json
 
 import pytest
@@ -134,3 +136,14 @@ def test_smollm2_loads_offline_and_keeps_its_chat_template_append_only():
     n = len(second.prompt_ids)
     fresh = torch.log_softmax(logits[n - 1 : -1], -1).gather(1, torch.tensor(second.gen_ids)[:, None]).squeeze(1)
     torch.testing.assert_close(second.logprobs, fresh, atol=1e-3, rtol=0)
+    # A training run saves it (a GGUF load used to refuse: "quantized with gguf and is not serializable") and
+    # the folder loads back as the same model.
+    with tempfile.TemporaryDirectory() as folder:
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        again, again_tokenizer = load_model(folder)
+        with torch.no_grad():
+            reloaded = again(torch.tensor([second.prompt_ids + second.gen_ids])).logits[0].float()
+    torch.testing.assert_close(reloaded, logits, atol=1e-4, rtol=0)
+    assert again_tokenizer.chat_template == tokenizer.chat_template
+    assert again_tokenizer.encode(messages[1]["content"]) == tokenizer.encode(messages[1]["content"])
