@@ -93,6 +93,9 @@ class LLMAgent(RecordingAgent):
         reuse_kv: keep each session's keys/values between steps (off: recompute the whole context each step,
             over the same tokens; for checking and for models whose cache cannot be sliced).
         max_score_tokens: choose mode: at most this many cached-plus-new token slots per scoring pass.
+        examples: messages put after the env's system message in every prompt: a worked exchange that shows a
+            small instruct model the call format (:data:`envs.prompts.EXAMPLE_EXCHANGE`; ``()``: none). They
+            are the agent's own prefix: the env's window does not count them.
 
     Example:
         >>> from agents.models import load_model
@@ -117,6 +120,7 @@ class LLMAgent(RecordingAgent):
         length_normalize: bool = False,
         reuse_kv: bool = True,
         max_score_tokens: int = 1 << 16,
+        examples: Sequence[dict[str, str]] = (),
     ) -> None:
         if mode not in ("generate", "choose"):
             raise ValueError(f"mode must be 'generate' or 'choose', got {mode!r}")
@@ -131,6 +135,7 @@ class LLMAgent(RecordingAgent):
         self.length_normalize = length_normalize
         self.reuse_kv = reuse_kv
         self.max_score_tokens = max_score_tokens
+        self.examples = [dict(m) for m in examples]
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self._sessions: dict[tuple[int, Hashable], _Session] = {}
         self._chat = bool(getattr(tokenizer, "chat_template", None))
@@ -205,6 +210,9 @@ class LLMAgent(RecordingAgent):
         messages = info.get("messages")
         if messages is None:
             return observation
+        if self.examples:
+            head = 1 if messages and messages[0]["role"] == "system" else 0
+            messages = [*messages[:head], *self.examples, *messages[head:]]
         if self._chat:
             return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         return render_transcript(messages)

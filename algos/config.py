@@ -65,6 +65,10 @@ class TrainConfig:
     model: str = "tiny-1m"  # tiny-1m | tiny-3m | tiny-10m | smollm2 | a folder | a hub id
     mode: str = "choose"  # LLMAgent mode: "choose" (score candidates) or "generate" (free text)
     temperature: float = 1.0  # sampling temperature during RL
+    max_new_tokens: int = 128  # generate mode: a step's tokens stop at the first complete call, or here
+    prompt_examples: bool = False  # put envs.prompts.EXAMPLE_EXCHANGE (a worked exchange) in every prompt: shows a
+    # pretrained instruct model the call format (its tokens are the agent's, outside the env's window)
+    lora_rank: int = 0  # train LoRA adapters of this rank (peft) instead of every weight (0: full fine-tuning)
     bc_episodes: int = 100  # oracle demonstrations for the warm start (0: no warm start)
     bc_epochs: int = 2  # passes over the demonstrations
     bc_lr: float = 2e-3  # warm-start learning rate
@@ -102,10 +106,17 @@ class TrainConfig:
             # Checked whatever the estimator: a resumed or edited run may switch to "rollout" later.
             raise ValueError(f"continuations={self.continuations!r}: the rollout estimator needs at least 1 "
                              "continuation per session boundary; use continuations=1 or more (default 2)")
+        _check_count("max_new_tokens", self.max_new_tokens, least=1)
+        _check_count("lora_rank", self.lora_rank, least=0)
         if isinstance(self.pg, dict):
             self.pg = PGConfig(**self.pg)
         # A copy: a PGConfig shared by two TrainConfigs (or kept by dataclasses.replace) keeps its own advantage.
         self.pg = dataclasses.replace(self.pg, advantage=self.algo)
+
+
+def _check_count(name: str, value: Any, least: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < least:
+        raise ValueError(f"{name}={value!r}: give an integer >= {least}")
 
 
 STYLE_KNOBS = {"compact_at": (float, type(None)), "fork": (bool,), "error_rate": (float,)}

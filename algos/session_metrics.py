@@ -12,12 +12,11 @@ Example:
     ...     tree = {"step_log": steps, "steps_used": len(steps),
     ...             "sessions": [{"id": i, "kind": k, "context_tokens": 100} for i, k in enumerate(sessions)]}
     ...     return Trajectory(group=0, task_id="t", budget=8, reward=reward, tree=tree)
-    >>> ok = traj(1.0, [{"session": 0, "tool": "search", "error": False, "gold": True, "off_path": False},
-    ...                 {"session": 0, "tool": "compact", "error": False, "gold": False, "off_path": False},
-    ...                 {"session": 1, "tool": "answer", "error": False, "gold": True, "off_path": False}],
+    >>> step = lambda session, tool, gold, off_path: {"session": session, "tool": tool, "error": False,
+    ...                                                "gold": gold, "off_path": off_path, "call": True}
+    >>> ok = traj(1.0, [step(0, "search", True, False), step(0, "compact", False, False), step(1, "answer", True, False)],
     ...           ["root", "compact"])
-    >>> bad = traj(0.0, [{"session": 0, "tool": "open", "error": False, "gold": False, "off_path": True}],
-    ...            ["root"])
+    >>> bad = traj(0.0, [step(0, "open", False, True)], ["root"])
     >>> m = session_metrics([ok, bad])
     >>> m["success"], m["sessions_success"], m["sessions_failure"], m["utility"], m["recovery"]
     (0.5, 2.0, 1.0, 0.6666666666666666, 0.0)
@@ -59,7 +58,8 @@ def session_metrics(trajectories: Sequence[Trajectory], success_threshold: float
     - ``wasted_sessions``: sessions per trajectory that acted and made no gold progress;
     - ``forks``: forks per trajectory; ``unused_forks``: the share of forks that did not return their
       sub-question's right answer (NaN without forks);
-    - ``valid_steps``: the share of steps the env accepted; ``step_quality``: the share of steps that were valid
+    - ``parse_rate``: the share of steps whose action held a readable tool call (``call`` in the step log);
+      ``valid_steps``: the share of steps the env accepted; ``step_quality``: the share of steps that were valid
       and made gold progress; ``error_steps``: the share of error steps (:func:`is_error`);
     - ``erred``: the share of trajectories with an error; ``recovery``: the success rate of those
       (NaN when none erred); ``success_clean``: the success rate of the others;
@@ -70,7 +70,7 @@ def session_metrics(trajectories: Sequence[Trajectory], success_threshold: float
     won = [t.reward >= success_threshold for t in trajectories]
     sessions = [t.num_sessions for t in trajectories]
     tokens = [sum(s["context_tokens"] for s in t.tree["sessions"]) for t in trajectories]
-    useful = acted = wasted_total = forks = unused = steps_n = valid = quality = errors = 0
+    useful = acted = wasted_total = forks = unused = steps_n = calls = valid = quality = errors = 0
     erred_success: list[float] = []
     clean_success: list[float] = []
     by_length: dict[int, list[float]] = {}
@@ -86,6 +86,7 @@ def session_metrics(trajectories: Sequence[Trajectory], success_threshold: float
                 forks += 1
                 unused += not any(r["session"] == s["id"] and r["tool"] == "finish" and r["gold"] for r in steps)
         steps_n += len(steps)
+        calls += sum(s["call"] for s in steps)
         valid += sum(not s["error"] for s in steps)
         quality += sum(not s["error"] and s["gold"] for s in steps)
         n_errors = sum(is_error(s) for s in steps)
@@ -103,6 +104,7 @@ def session_metrics(trajectories: Sequence[Trajectory], success_threshold: float
         "utility": useful / acted if acted else float("nan"),
         "wasted_sessions": wasted_total / n,
         "forks": forks / n, "unused_forks": unused / forks if forks else float("nan"),
+        "parse_rate": calls / steps_n if steps_n else float("nan"),
         "valid_steps": valid / steps_n if steps_n else float("nan"),
         "step_quality": quality / steps_n if steps_n else float("nan"),
         "error_steps": errors / steps_n if steps_n else float("nan"),

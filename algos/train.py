@@ -35,6 +35,7 @@ import envs  # noqa: F401  (registers the environments)
 from agents import OracleAgent
 from agents.llm import LLMAgent
 from agents.models import load_model, load_tokenizer
+from envs.prompts import EXAMPLE_EXCHANGE
 
 from . import credit
 from .bc import TeacherForcing, clone
@@ -61,8 +62,7 @@ def train(config: TrainConfig, log: Any = print) -> dict[str, Any]:
     make_env = lambda split="train": gym.make(config.env_id, **{**config.env_kwargs, "split": split})  # noqa: E731
     env = make_env()
     model, tokenizer = _model(config, env, out, from_run=payload is not None)
-    agent = LLMAgent(model, tokenizer, mode=config.mode, temperature=config.temperature, seed=config.seed,
-                     device=config.pg.device)
+    agent = make_agent(config, model, tokenizer)
     learner = PolicyGradient(model, config.pg)
     collector = Collector(make_env, config.num_envs)
     eval_collector = Collector(lambda: make_env("test"), config.num_envs)
@@ -106,6 +106,13 @@ class _Run:
     state: dict[str, Any]
     save: Callable[[], None]
     log: Any
+
+
+def make_agent(config: TrainConfig, model: torch.nn.Module, tokenizer: Any) -> LLMAgent:
+    """The run's agent: its mode, temperature, token limit, prompt examples, seed and device."""
+    return LLMAgent(model, tokenizer, mode=config.mode, temperature=config.temperature, seed=config.seed,
+                    device=config.pg.device, max_new_tokens=config.max_new_tokens,
+                    examples=EXAMPLE_EXCHANGE if config.prompt_examples else ())
 
 
 def _warm_start(run: _Run, model: torch.nn.Module) -> None:
@@ -339,7 +346,7 @@ def _per_task(runs: list[Any]) -> dict[str, float]:
 
 
 ITERATION_METRICS = ("sessions_success", "sessions_failure", "context_tokens", "utility", "wasted_sessions", "forks",
-                     "step_quality", "error_steps", "recovery")
+                     "step_quality", "error_steps", "recovery", "parse_rate")
 
 
 def _finite(metrics: dict[str, Any]) -> dict[str, Any]:

@@ -109,3 +109,21 @@ def render_transcript(messages: Sequence[Mapping[str, str]], add_generation_prom
     """Messages as the plain transcript above, ending with the assistant tag when ``add_generation_prompt``."""
     text = "".join(f"{ROLE_TAG[m['role']]}\n{m['content']}\n" for m in messages)
     return text + ROLE_TAG["assistant"] + "\n" if add_generation_prompt else text
+
+
+#: A worked exchange in the env's own formats (a search, a page, an answer) about a person who is not on any
+#: site, for an agent to put before a session's first message (``LLMAgent(examples=...)``): a small instruct
+#: model that reads only the tool list answers in prose, and one that has seen a short exchange calls tools.
+#: The env never sends it; an agent that uses it pays its tokens outside the env's window.
+EXAMPLE_EXCHANGE: tuple[dict[str, str], ...] = (
+    {"role": "user", "content": "Question: In which city was the painter Mira Holt born?\n" + budget_note(9)},
+    {"role": "assistant", "content": 'search("Mira Holt")'},
+    {"role": "user", "content": "[Search results: Search: Mira Holt | /search?q=Mira+Holt | part 1 of 1.]\n"
+                                "[1] Mira Holt\n/wiki/Mira_Holt\nMira Holt is a painter.\n"
+                                "[2] Painters\n/category/Painters\nMira Holt"},
+    {"role": "assistant", "content": "open(1)"},
+    {"role": "user", "content": "[Page: Mira Holt | /wiki/Mira_Holt | part 1 of 1.]\nMira Holt\n"
+                                "Mira Holt is a painter.\nBorn | [1] Tessaly\nYear | 1911"},
+    {"role": "assistant", "content": 'answer("Tessaly")'},
+    {"role": "user", "content": "Answer submitted. That was an example; the real question follows."},
+)

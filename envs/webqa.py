@@ -297,11 +297,14 @@ class WebQAEnv(gym.Env[str, str]):
         reward, terminated, truncation = 0.0, False, None
         error: str | None = None
         parsed: Action | None = None
+        called = False  # whether the action held a readable tool call (the study's parse rate)
         try:
             if session.must_compact and text is not None:
                 parsed, error = self._forced_compaction(text)
+                called = error is None or _parses(text)
             else:
                 parsed = parse_action(action)
+                called = True
             reward, terminated, truncation = self._execute(session, parsed)
         except ActionError as err:
             error = str(err)
@@ -309,7 +312,7 @@ class WebQAEnv(gym.Env[str, str]):
         except BrowserCrashed:
             # The backend already restarted its browser once and failed again: this episode cannot go on.
             truncation = "browser_crashed"
-        self._log_step(session, parsed.name if parsed is not None else None, error)
+        self._log_step(session, parsed.name if parsed is not None else None, error, called)
         if not terminated and truncation is None:
             truncation = self._check_limits()
         info = self._info(acted=session, error=error)
@@ -357,7 +360,7 @@ class WebQAEnv(gym.Env[str, str]):
             "step_log": [dict(record) for record in state.log],
         }
 
-    def _log_step(self, session: Session, tool: str | None, error: str | None) -> None:
+    def _log_step(self, session: Session, tool: str | None, error: str | None, called: bool) -> None:
         """Record the step just taken for :meth:`trajectory`: which session acted, with which tool, and how it
         stands to the task's gold path (what the study's step-quality and recovery metrics read).
 
@@ -365,7 +368,8 @@ class WebQAEnv(gym.Env[str, str]):
         solution shows; the same page reached again, in any session, is not progress) or gives the right
         final answer (``answer``) or sub-answer (``finish``); ``off_path`` when a search or open shows a page
         that is not on it, or an answer or finish is wrong. Nothing of this reaches the agent before the
-        episode ends.
+        episode ends. ``call`` says whether the action held a readable tool call (a reply to a full context that
+        was no call at all, and became the summary, did not).
         """
         state = self._require_state()
         gold = off_path = False
@@ -382,7 +386,7 @@ class WebQAEnv(gym.Env[str, str]):
             right = normalize_answer(session.handoff or "") in accepted
             gold, off_path = right, not right
         state.log.append({"session": session.id, "tool": tool, "error": error is not None, "gold": gold,
-                          "off_path": off_path})
+                          "off_path": off_path, "call": called})
 
     def _gold_urls(self, task: Task) -> frozenset[str]:
         """The pages the gold path shows: its searches' result pages and the pages it opens."""
@@ -700,6 +704,14 @@ class WebQAEnv(gym.Env[str, str]):
         # Link numbers mean nothing in the next session: notes keep the words only.
         return tuple(_LINK_MARK.sub("", line).strip() for line in text.splitlines()
                      if len(line) <= MAX_NOTE_LINE_CHARS and any(v in line for v in values))
+
+
+def _parses(text: str) -> bool:
+    try:
+        parse_action(text)
+    except ActionError:
+        return False
+    return True
 
 
 def _check_budget(spec: Any) -> int | tuple[int, int] | list[int]:

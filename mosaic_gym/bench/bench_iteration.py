@@ -45,7 +45,7 @@ from algos.bc import TeacherForcing, clone
 from algos.config import TrainConfig
 from algos.pg import PolicyGradient
 from algos.rollout import Collector, Request
-from algos.train import budget_sampler, rl_iteration
+from algos.train import budget_sampler, make_agent, rl_iteration
 from mosaic_gym.bench.common import (add_settings_flags, emit, figure, fill_defaults, machine, settings_argv,
                                      torch_machine)
 
@@ -89,8 +89,7 @@ def starting_policy(config: TrainConfig, env: gym.Env, bc_episodes: int) -> tupl
 def one_iteration(config: TrainConfig, model: Any, tokenizer: Any, env: gym.Env) -> dict[str, Any]:
     """:func:`algos.train.rl_iteration` on a copy of ``model`` with fresh envs, seeded as a run's first."""
     model = copy.deepcopy(model)
-    agent = LLMAgent(model, tokenizer, mode=config.mode, temperature=config.temperature, seed=config.seed,
-                     device=config.pg.device)
+    agent = make_agent(config, model, tokenizer)
     learner = PolicyGradient(model, config.pg)
     collector = Collector(lambda: gym.make(config.env_id, **config.env_kwargs), config.num_envs)
     return rl_iteration(config, 0, agent, learner, collector, env, budget_sampler(config),

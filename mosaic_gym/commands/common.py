@@ -119,6 +119,27 @@ def hops(text: str) -> str:
 
 
 AGENTS = ("oracle", "random")
+#: Sampling defaults of ``mosaic rollout`` / ``mosaic eval`` with a model: 0.7 keeps a pretrained model's calls
+#: well formed while Pass@K still sees different samples; a call is short, and generation stops at its end.
+MODEL_TEMPERATURE = 0.7
+MODEL_MAX_NEW_TOKENS = 64
+
+
+def add_agent_args(group) -> None:
+    """The agent flags ``mosaic rollout`` and ``mosaic eval`` share: the oracle's knobs and a model's sampling."""
+    group.add_argument("--compact-at", type=fraction, default=None,
+                       help="oracle: compact when the context passes this fraction of the window")
+    group.add_argument("--fork", action="store_true", help="oracle: fork one subagent per sub-question")
+    group.add_argument("--error-rate", type=float, default=0.0, help="oracle: chance of a wrong action per step")
+    group.add_argument("--mode", default="generate", choices=["generate", "choose"],
+                       help="LLM: generate actions, or choose among the env's candidates (turns on --candidates)")
+    group.add_argument("--temperature", type=float, default=MODEL_TEMPERATURE,
+                       help="LLM: sampling temperature (0: greedy)")
+    group.add_argument("--max-new-tokens", type=int, default=MODEL_MAX_NEW_TOKENS,
+                       help="LLM, generate mode: a step stops at its first complete call, or after this many tokens")
+    group.add_argument("--examples", default="auto", choices=["auto", "on", "off"],
+                       help="LLM: show a worked exchange before each session (auto: for models with a chat "
+                            "template, i.e. pretrained instruct models, in generate mode)")
 
 
 def build_agent(args: argparse.Namespace, env: gym.Env):
@@ -127,10 +148,9 @@ def build_agent(args: argparse.Namespace, env: gym.Env):
 
     name = args.agent
     if name == "oracle":
-        return OracleAgent(env, compact_at=getattr(args, "compact_at", None), fork=getattr(args, "fork", False),
-                           error_rate=getattr(args, "error_rate", 0.0), seed=getattr(args, "seed", 0))
+        return OracleAgent(env, compact_at=args.compact_at, fork=args.fork, error_rate=args.error_rate, seed=args.seed)
     if name == "random":
-        return RandomAgent(seed=getattr(args, "seed", 0))
+        return RandomAgent(seed=args.seed)
     from agents.llm import LLMAgent
     from agents.models import PRESETS, did_you_mean, load_model
 
@@ -139,10 +159,15 @@ def build_agent(args: argparse.Namespace, env: gym.Env):
             f"--agent {name!r} names no agent: use {', '.join(AGENTS + PRESETS)}, a model folder (e.g. "
             f"runs/mosaic/final) or a hub id (owner/name){did_you_mean(name, AGENTS + PRESETS)}"
         )
+    from envs.prompts import EXAMPLE_EXCHANGE
+
     model, tokenizer = load_model(name)  # a missing folder or an unreachable hub: a ModelSpecError (ValueError)
-    mode = getattr(args, "mode", "generate")
-    return LLMAgent(model, tokenizer, mode=mode, temperature=getattr(args, "temperature", 1.0),
-                    seed=getattr(args, "seed", 0))
+    if args.max_new_tokens < 1:
+        raise ValueError(f"--max-new-tokens {args.max_new_tokens}: give 1 or more")
+    chat = bool(getattr(tokenizer, "chat_template", None))
+    examples = args.examples == "on" or (args.examples == "auto" and chat and args.mode == "generate")
+    return LLMAgent(model, tokenizer, mode=args.mode, temperature=args.temperature, seed=args.seed,
+                    max_new_tokens=args.max_new_tokens, examples=EXAMPLE_EXCHANGE if examples else ())
 
 
 def device(text: str) -> str:

@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from algos.evaluate import PROTOCOLS, pass_at_kt
-from .common import HelpFormatter, add_env_args, build_agent, fraction, int_list, make_env
+from .common import HelpFormatter, add_agent_args, add_env_args, build_agent, int_list, make_env
 
 DESCRIPTION = """\
 Run an agent n times on each task and measure Pass@(K,T): the chance that at least one of K samples
@@ -41,13 +41,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     g = p.add_argument_group("agent")
     g.add_argument("--agent", default="oracle",
                    help="oracle | random | a model (tiny-1m, smollm2, a folder or checkpoint)")
-    g.add_argument("--compact-at", type=fraction, default=None,
-                   help="oracle: compact when the context passes this fraction of the window")
-    g.add_argument("--fork", action="store_true", help="oracle: fork one subagent per sub-question")
-    g.add_argument("--error-rate", type=float, default=0.0, help="oracle: chance of a wrong action per step")
-    g.add_argument("--mode", default="generate", choices=["generate", "choose"],
-                   help="LLM: generate actions, or choose among the env's candidates (turns on --candidates)")
-    g.add_argument("--temperature", type=float, default=1.0, help="LLM: sampling temperature (0: greedy)")
+    add_agent_args(g)
     g.add_argument("--candidates", action="store_true",
                    help="offer info['candidates'] (the random agent then picks among them)")
     g.add_argument("--seed", type=int, default=0, help="seeds the agent and the runs (sample j of task i: seed+i*n+j)")

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from .common import HelpFormatter, add_env_args, build_agent, fraction, make_env
+from .common import HelpFormatter, add_agent_args, add_env_args, build_agent, make_env
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -18,10 +18,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     add_env_args(p)
     p.add_argument("--agent", default="oracle", help="oracle | random | a model (tiny-1m, smollm2, a folder)")
-    p.add_argument("--compact-at", type=fraction, default=None,
-                   help="oracle: compact when the context passes this fraction of the window")
-    p.add_argument("--fork", action="store_true", help="oracle: fork one subagent per sub-question")
-    p.add_argument("--error-rate", type=float, default=0.0, help="oracle: chance of a wrong action per step")
+    add_agent_args(p)
     p.add_argument("--episodes", type=int, default=1, help="how many episodes")
     p.add_argument("--seed", type=int, default=0, help="seed of the first episode (then seed+1, ...)")
     p.add_argument("--full", action="store_true", help="print whole observations, not their last lines")
@@ -30,7 +27,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        env = make_env(args)
+        env = make_env(args, **({"candidates": True} if args.mode == "choose" else {}))
     except (TypeError, ValueError) as err:  # a bad env kwarg or value, explained by the env
         print(f"mosaic rollout: {err}", file=sys.stderr)
         return 2

@@ -25,6 +25,8 @@ SETS = {
     "kl_coef": ("pg.kl_coef",), "micro_batch_tokens": ("pg.micro_batch_tokens",), "bc_episodes": ("bc_episodes",),
     "bc_epochs": ("bc_epochs",), "bc_compact_at": ("bc_compact_at",), "eval_episodes": ("eval_episodes",),
     "num_envs": ("num_envs",), "device": ("pg.device",), "dtype": ("pg.dtype",), "seed": ("seed",),
+    "temperature": ("temperature",), "max_new_tokens": ("max_new_tokens",),
+    "prompt_examples": ("prompt_examples",), "lora_rank": ("lora_rank",),
 }  # and --env-kwargs: each key of its JSON, env_kwargs.KEY
 
 
@@ -72,6 +74,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default=d.model, help="tiny-1m | tiny-3m | tiny-10m | smollm2 | a folder | a hub id")
     p.add_argument("--mode", default=d.mode, choices=["choose", "generate"],
                    help="choose: score the env's candidate actions; generate: free text (pretrained models)")
+    p.add_argument("--temperature", type=float, default=d.temperature, help="sampling temperature during RL")
+    p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens,
+                   help="generate mode: a step's tokens stop at its first complete call, or here")
+    p.add_argument("--prompt-examples", nargs=0, const=True, default=d.prompt_examples,
+                   help="show the model a worked exchange before each session (pretrained instruct models)")
+    p.add_argument("--lora-rank", type=int, default=d.lora_rank,
+                   help="train LoRA adapters of this rank (needs peft) instead of every weight (0: full)")
     p.add_argument("--group-size", type=int, default=d.group_size, help="trajectories per task (G)")
     p.add_argument("--tasks-per-iter", type=int, default=d.tasks_per_iter, help="groups per RL iteration")
     p.add_argument("--iterations", type=int, default=d.iterations, help="RL iterations")
@@ -146,6 +155,8 @@ def config_from_args(args: argparse.Namespace):
         tasks_per_iter=args.tasks_per_iter, group_size=args.group_size, budgets=args.budgets,
         estimator=args.estimator, continuations=args.continuations, eval_episodes=args.eval_episodes,
         num_envs=args.num_envs, seed=args.seed, out=args.out or f"runs/{args.algo}", resume=args.resume, pg=pg,
+        temperature=args.temperature, max_new_tokens=args.max_new_tokens, prompt_examples=args.prompt_examples,
+        lora_rank=args.lora_rank,
     )
 
 
