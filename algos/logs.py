@@ -221,6 +221,7 @@ def write_records(path: str | Path, records: Iterable[dict[str, Any]]) -> Path:
         with TrajectoryLog(tmp) as log:
             for record in records:
                 log.write(record)
+        os.chmod(tmp, 0o644)  # mkstemp's file is private; a log is for reading, like the run's other files
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

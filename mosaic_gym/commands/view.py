@@ -18,7 +18,8 @@ Logs come from `mosaic rollout --out DIR`, `mosaic eval --out DIR` and `mosaic t
 """
 
 EXAMPLES = """examples:
-  mosaic rollout --agent oracle --fork --compact-at 0.5 --hops 3 --episodes 4 --out runs/look
+  mosaic rollout --agent oracle --fork --compact-at 0.5 --session-max-tokens 1500 \\
+      --env-kwargs '{"families": "compare"}' --episodes 3 --out runs/look
   mosaic view runs/look                        # serves http://127.0.0.1:8000/ until Ctrl-C
   mosaic view runs/mosaic --html mosaic.html   # one self-contained file to share (works offline)
   mosaic view runs/look --screenshot view.png  # a PNG of the page (headless Chromium)
