@@ -240,22 +240,27 @@ def browser_args() -> list[str]:
     return [arg + ", EXCLUDE 127.0.0.1" if arg.startswith(rule) else arg for arg in CHROMIUM_ARGS]
 
 
+def launch_browser() -> Any:
+    """A headless Chromium (the env's, :func:`envs.playwright_backend.chromium_path`) with
+    :func:`browser_args`, on this process's Playwright (:func:`envs.playwright_backend.shared_playwright`);
+    the caller closes it."""
+    from envs.playwright_backend import chromium_path, shared_playwright
+
+    return shared_playwright().chromium.launch(executable_path=chromium_path(), headless=True, args=browser_args())
+
+
 def screenshot(run_dir: str | Path, png: str | Path, trajectory: int | None = None, session: int | None = None,
                width: int = 1400, height: int = 900) -> Path:
     """A PNG of the served page (Playwright, the env's Chromium): trajectory ``trajectory`` opened (default:
     the one with the most sessions) and, if given, its session ``session`` selected."""
-    from playwright.sync_api import sync_playwright
-
-    from envs.playwright_backend import chromium_path
-
     server, _ = serve_in_thread(run_dir)
     try:
         if trajectory is None:
             if not server.entries:
                 raise ValueError(f"{run_dir} holds no trajectory log to show")
             trajectory = max(server.entries, key=lambda e: (e.summary["num_sessions"], -e.n)).n
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=chromium_path(), headless=True, args=browser_args())
+        browser = launch_browser()
+        try:
             page = browser.new_page(viewport={"width": width, "height": height})
             page.goto(server.url)
             page.click(f'tr.traj-row[data-n="{trajectory}"]')
@@ -266,6 +271,7 @@ def screenshot(run_dir: str | Path, png: str | Path, trajectory: int | None = No
             png = Path(png)
             png.parent.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(png), full_page=True)
+        finally:
             browser.close()
     finally:
         server.shutdown()

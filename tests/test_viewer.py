@@ -11,11 +11,9 @@ import gymnasium as gym
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from playwright.sync_api import sync_playwright
 
 import envs  # noqa: F401
 from algos import logs
-from envs.playwright_backend import chromium_path
 from mosaic_gym import viewer
 from mosaic_gym.cli import main
 from test_logs import oracle_records
@@ -52,10 +50,9 @@ def run_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser():
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=chromium_path(), headless=True, args=viewer.browser_args())
-        yield b
-        b.close()
+    b = viewer.launch_browser()  # on the process's one Playwright, which the env's backend may be using too
+    yield b
+    b.close()
 
 
 @pytest.fixture(scope="module")
