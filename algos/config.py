@@ -78,6 +78,7 @@ class TrainConfig:
     # OracleAgent knobs ({"compact_at": 0.5, "fork": False, "error_rate": 0.1}); None: one style, bc_compact_at/bc_fork
     iterations: int = 10  # RL iterations (one policy-gradient step each)
     tasks_per_iter: int = 6  # groups per iteration
+    log_groups: int = 2  # groups per iteration whose trajectories are logged to out/trajectories/ (0: none)
     group_size: int = 8  # trajectories per group (one task, one budget)
     budgets: str | None = None  # BudgetMix spec ("8", "4,8,16", "log:4-32", "schedule:0=4,20=8"); None: env's
     estimator: str = "rollout"  # Mosaic's marginal contribution: "rollout" or "likelihood"
@@ -97,6 +98,8 @@ class TrainConfig:
         if self.estimator not in ("rollout", "likelihood"):
             raise ValueError(f"estimator={self.estimator!r}: use 'rollout' or 'likelihood'")
         self.bc_styles = check_styles(self.bc_styles)
+        if not isinstance(self.log_groups, int) or isinstance(self.log_groups, bool) or self.log_groups < 0:
+            raise ValueError(f"log_groups={self.log_groups!r}: give how many groups per iteration to log (0: none)")
         if self.eval_budgets is not None:
             if not (isinstance(self.eval_budgets, (list, tuple)) and self.eval_budgets
                     and all(isinstance(t, int) and not isinstance(t, bool) and t >= 1 for t in self.eval_budgets)):

@@ -25,7 +25,8 @@ import gymnasium as gym
 import numpy as np
 from matplotlib.figure import Figure
 
-from .rollout import Collector, Request
+from . import logs
+from .rollout import Collector, Request, Trajectory
 
 __all__ = [
     "PROTOCOLS",
@@ -365,6 +366,7 @@ def pass_at_kt(
     seed: int = 0,
     num_envs: int = 8,
     progress: bool = True,
+    log_to: str | Path | None = None,
 ) -> PassAtKTResult:
     """Runs ``agent`` ``n`` times on each task and measures Pass@(K,T) with the unbiased estimator.
 
@@ -391,6 +393,9 @@ def pass_at_kt(
         seed: sample ``j`` of the ``i``-th task resets with seed ``seed + i * n + j``.
         num_envs: how many episodes run side by side.
         progress: show a tqdm bar.
+        log_to: write every run to this trajectory log (:mod:`algos.logs`, a ``*.traj.jsonl.gz`` file) as
+            it ends: its steps, actions and tool results, task index as ``group``, sample and protocol in
+            ``meta``.
 
     Returns:
         The :class:`PassAtKTResult`.
@@ -435,11 +440,23 @@ def pass_at_kt(
 
     budgets = [t_axis[-1]] if protocol == "truncate" else t_axis
     keys = [(budget, i, task_id, j) for budget in budgets for i, task_id in enumerate(task_ids) for j in range(n)]
-    requests = [Request(seed=seed + i * n + j, options={"task_id": task_id, "max_steps": budget}, group=i)
+    requests = [Request(seed=seed + i * n + j, options={"task_id": task_id, "max_steps": budget}, group=i,
+                        transcript=log_to is not None)
                 for budget, i, task_id, j in keys]
+    log = logs.TrajectoryLog(log_to) if log_to is not None else None
+
+    def write(r: int, traj: Trajectory) -> None:  # as each run ends; its transcript is not kept after
+        budget, i, task_id, j = keys[r]
+        log.write(logs.from_trajectory(traj, first.unwrapped.site.task(task_id).question, "eval", group=i,
+                                       meta={"sample": j, "seed": requests[r].seed, "protocol": protocol}))
+        traj.transcript = None
+
     try:
-        trajectories = collector.run(agent, requests, progress=f"Pass@(K,T) {protocol}" if progress else None)
+        trajectories = collector.run(agent, requests, progress=f"Pass@(K,T) {protocol}" if progress else None,
+                                     on_done=write if log is not None else None)
     finally:
+        if log is not None:
+            log.close()
         for env in collector.envs:
             if env is not env_fn_or_env:
                 env.close()

@@ -164,10 +164,13 @@ class PolicyGradient:
 
     # --- credit assignment ------------------------------------------------------------------------
     def advantages(self, rewards: Sequence[float], session_traj: Sequence[int],
-                   contributions: Sequence[float] | None = None) -> np.ndarray:
-        """One group's advantage per session row (row s belongs to trajectory ``session_traj[s]``)."""
+                   contributions: Sequence[float] | None = None, advantage: str | None = None) -> np.ndarray:
+        """One group's advantage per session row (row s belongs to trajectory ``session_traj[s]``), under the
+        learner's credit or, with ``advantage``, under the other one with the same settings (a log shows both)."""
         c = self.config
-        if c.advantage == "broadcast":
+        if advantage not in (None, "broadcast", "mosaic"):
+            raise ValueError(f"advantage={advantage!r}: use 'broadcast' or 'mosaic' (None: the learner's own)")
+        if (advantage or c.advantage) == "broadcast":
             return adv.broadcast(rewards, session_traj, normalize_std=c.normalize_std)
         return adv.mosaic(rewards, session_traj, contributions, lambda_use=c.lambda_use, beta=c.beta,
                           clip=c.adv_clip, normalize_std=c.normalize_std)

@@ -25,6 +25,8 @@ from agents.base import RecordingAgent
 from agents.records import AgentStep, Choice, TrainSequence, pack_session
 from envs.actions import ActionError, parse_action
 
+from .logs import step_record
+
 # Choice and TrainSequence are agents.records' own, named here too: the learners' one sequence type.
 __all__ = ["Choice", "Collector", "Request", "TrainSequence", "Trajectory", "session_sequences"]
 
@@ -36,6 +38,7 @@ class Request:
     seed: int
     options: dict[str, Any]
     group: int = 0
+    transcript: bool = False  # keep each step's action and tool result (Trajectory.transcript), for a log
 
 
 @dataclass
@@ -51,6 +54,8 @@ class Trajectory:
     snapshots: dict[str, dict[int, Any]] = field(default_factory=dict)
     # info["num_sessions"] after each step: how many sessions the run had used by any step T.
     sessions_by_step: list[int] = field(default_factory=list)
+    # With Request.transcript: one algos.logs.step_record per step (action, error, tool result), else None.
+    transcript: list[dict[str, Any]] | None = None
 
     @property
     def session_ids(self) -> list[int]:
@@ -88,8 +93,13 @@ class Collector:
         self.envs: list[gym.Env] = []
 
     def run(self, agent: Any, requests: Sequence[Request], record_snapshots: bool = False,
-            progress: str | None = None) -> list[Trajectory]:
-        """Run every request (``num_envs`` at a time); trajectories come back in request order."""
+            progress: str | None = None, on_done: Callable[[int, Trajectory], None] | None = None
+            ) -> list[Trajectory]:
+        """Run every request (``num_envs`` at a time); trajectories come back in request order.
+
+        ``on_done(r, trajectory)`` is called as the trajectory of ``requests[r]`` ends (a log writes it then,
+        instead of holding every transcript until all have run).
+        """
         while len(self.envs) < min(self.num_envs, len(requests)):
             self.envs.append(self.make_env())
         results: list[Trajectory | None] = [None] * len(requests)
@@ -107,6 +117,8 @@ class Collector:
                 run = slots[slot]
                 if self._step(slot, run, actions[j], agent_steps[j], record_snapshots):
                     results[run["request"]] = run["trajectory"]
+                    if on_done is not None:
+                        on_done(run["request"], run["trajectory"])
                     del slots[slot]
                     bar.update(1)
         bar.close()
@@ -119,7 +131,8 @@ class Collector:
             agent.reset(slot)
         info = {**info, "env_index": slot, "episode_seed": request.seed}
         traj = Trajectory(group=request.group, task_id=info["task_id"], budget=info["max_steps"], reward=0.0,
-                          tree={}, snapshots={"session_start": {}, "fork_before": {}, "fork_after": {}})
+                          tree={}, snapshots={"session_start": {}, "fork_before": {}, "fork_after": {}},
+                          transcript=[] if request.transcript else None)
         if record_snapshots:
             traj.snapshots["session_start"][info["session_id"]] = env.unwrapped.snapshot()
         return {"obs": obs, "info": info, "request": r, "trajectory": traj}
@@ -137,6 +150,8 @@ class Collector:
         obs, reward, terminated, truncated, info = env.step(action)
         info = {**info, "env_index": slot, "episode_seed": run["info"]["episode_seed"]}
         traj.sessions_by_step.append(info["num_sessions"])
+        if traj.transcript is not None:
+            traj.transcript.append(step_record(action, info))
         now = info["session_id"]
         if record_snapshots and not (terminated or truncated):
             if now != acting and info["session_kind"] == "fork" and info["parent_id"] == acting and before:

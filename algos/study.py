@@ -112,8 +112,9 @@ CLAIMS: dict[str, Claim] = {
 
 
 def run_configs(claim: str, out: str | Path, seeds: int = 3, quick: bool = False,
-                iterations: int | None = None) -> list[tuple[Arm, int, TrainConfig]]:
-    """The (arm, seed, settings) of every run of ``claim``, each in its own folder under ``out``."""
+                iterations: int | None = None, log_groups: int | None = None) -> list[tuple[Arm, int, TrainConfig]]:
+    """The (arm, seed, settings) of every run of ``claim``, each in its own folder under ``out``; every run
+    logs ``log_groups`` groups per iteration to its ``trajectories/`` (None: :class:`TrainConfig`'s default)."""
     if claim not in CLAIMS:
         raise ValueError(f"claim={claim!r} is unknown: use one of {sorted(CLAIMS)}")
     if seeds < 1:
@@ -130,6 +131,8 @@ def run_configs(claim: str, out: str | Path, seeds: int = 3, quick: bool = False
             settings = {**preset, **size, **arm.settings}
             if iterations is not None:
                 settings["iterations"] = iterations
+            if log_groups is not None:
+                settings["log_groups"] = log_groups
             folder = Path(out) / spec.preset / arm.name / f"seed{seed}"
             runs.append((arm, seed, TrainConfig(**settings, seed=seed, out=str(folder),
                                                 pg=PGConfig(lr=1e-3, micro_batch_tokens=32768))))
@@ -137,7 +140,7 @@ def run_configs(claim: str, out: str | Path, seeds: int = 3, quick: bool = False
 
 
 def run_claim(claim: str, out: str | Path, seeds: int = 3, quick: bool = False, iterations: int | None = None,
-              jobs: int = 1, log: Any = print) -> dict[str, Any]:
+              jobs: int = 1, log: Any = print, log_groups: int | None = None) -> dict[str, Any]:
     """Run (or resume) every run of ``claim`` that has not finished, ``jobs`` at a time, then :func:`summarize`.
 
     A run has finished when its ``summary.json`` records the iterations asked; any other run is resumed from
@@ -145,7 +148,7 @@ def run_claim(claim: str, out: str | Path, seeds: int = 3, quick: bool = False, 
     between them); the results are the same as run one after another (each run is deterministic alone).
     """
     todo = []
-    for arm, seed, config in run_configs(claim, out, seeds, quick, iterations):
+    for arm, seed, config in run_configs(claim, out, seeds, quick, iterations, log_groups):
         folder = Path(config.out)
         done = _finished(folder)
         if done is not None and done.get("iterations", -1) == config.iterations:

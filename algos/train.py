@@ -24,7 +24,7 @@ import json
 import random
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -37,7 +37,7 @@ from agents.llm import LLMAgent
 from agents.models import load_model, load_tokenizer
 from envs.prompts import EXAMPLE_EXCHANGE
 
-from . import credit
+from . import credit, logs
 from .bc import TeacherForcing, clone
 from .budgets import FixedBudget, parse_budgets
 from .checkpoint import CheckpointError, read_checkpoint, remove_stale_temps, restore_checkpoint, save_checkpoint
@@ -48,8 +48,12 @@ from .rollout import Collector, Request, session_sequences
 from .session_metrics import group_diversity, session_metrics
 
 
-def train(config: TrainConfig, log: Any = print) -> dict[str, Any]:
-    """Run (or resume) training; returns the summary (held-out success before and after RL, and more)."""
+def train(config: TrainConfig, log: Any = print, reporters: Sequence[Any] = ()) -> dict[str, Any]:
+    """Run (or resume) training; returns the summary (held-out success before and after RL, and more).
+
+    ``reporters`` (:mod:`algos.reporting`: TensorBoard, W&B) get each iteration's metrics too, besides
+    ``metrics.jsonl``.
+    """
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     checkpoint = out / "checkpoint.pt"
@@ -85,7 +89,7 @@ def train(config: TrainConfig, log: Any = print) -> dict[str, Any]:
                         extra={"state": state, "rng": rng.bit_generator.state,
                                "agent_rng": agent.generator.get_state(), "config": config_to_json(config), **ref})
 
-    parts = _Run(config, out, agent, learner, collector, eval_collector, env, state, save, log)
+    parts = _Run(config, out, agent, learner, collector, eval_collector, env, state, save, log, reporters)
     if state["phase"] == "warm_start":
         _warm_start(parts, model)
     _rl_loop(parts, sampler, rng)
@@ -106,6 +110,7 @@ class _Run:
     state: dict[str, Any]
     save: Callable[[], None]
     log: Any
+    reporters: Sequence[Any] = ()
 
 
 def make_agent(config: TrainConfig, model: torch.nn.Module, tokenizer: Any) -> LLMAgent:
@@ -160,10 +165,13 @@ def _rl_loop(run: _Run, sampler: Any, rng: np.random.Generator) -> None:
     bar = tqdm(total=config.iterations, initial=state["iteration"], desc=f"RL ({config.algo})")
     while state["iteration"] < config.iterations:
         it = state["iteration"]
-        metrics = rl_iteration(config, it, run.agent, run.learner, run.collector, run.env, sampler, rng)
+        log_to = out / "trajectories" / f"iteration-{it:04d}{logs.SUFFIX}" if config.log_groups else None
+        metrics = rl_iteration(config, it, run.agent, run.learner, run.collector, run.env, sampler, rng, log_to)
         state["history"].append(metrics)
         with metrics_path.open("a") as f:
             f.write(json.dumps(metrics) + "\n")
+        for reporter in run.reporters:
+            reporter.write(metrics, it)
         state["iteration"] = it + 1
         run.save()
         bar.update(1)
@@ -195,8 +203,12 @@ def _finish(run: _Run, model: torch.nn.Module, tokenizer: Any) -> dict[str, Any]
 
 
 def rl_iteration(config: TrainConfig, it: int, agent: LLMAgent, learner: PolicyGradient, collector: Collector,
-                 env: gym.Env, sampler: Any, rng: np.random.Generator) -> dict[str, Any]:
+                 env: gym.Env, sampler: Any, rng: np.random.Generator, log_to: Path | None = None) -> dict[str, Any]:
     """One iteration: groups of rollouts, one advantage per session, one policy-gradient step.
+
+    With ``log_to``, the first ``config.log_groups`` groups (their tasks drawn at random like every group's)
+    are written there as a trajectory log (:mod:`algos.logs`), with each session's credit; logging draws no
+    random number, so it changes no result.
 
     The metrics include the seconds of each phase (:class:`PhaseTimes`: ``time_rollouts``,
     ``time_continuations``, ``time_scoring``, ``time_update``, ``time_total``); timing changes no result.
@@ -210,11 +222,12 @@ def rl_iteration(config: TrainConfig, it: int, agent: LLMAgent, learner: PolicyG
         budget = sampler.sample(rng, it)
         budgets.append(budget)
         requests += [Request(seed=int(rng.integers(2**31)), options={"task_id": tasks[t].id, "max_steps": budget},
-                             group=g) for _ in range(config.group_size)]
+                             group=g, transcript=log_to is not None and g < config.log_groups)
+                     for _ in range(config.group_size)]
     mosaic_rollout = config.algo == "mosaic" and config.estimator == "rollout"
     with times.phase("rollouts"):
         trajectories = collector.run(agent, requests, record_snapshots=mosaic_rollout, progress=f"rollouts {it}")
-    sequences, all_adv, contrib_abs, contrib_positive = [], [], [], []
+    sequences, all_adv, contrib_abs, contrib_positive, logged = [], [], [], [], []
     groups = [[t for t in trajectories if t.group == g] for g in range(config.tasks_per_iter)]
     for group in groups:
         d = None
@@ -231,12 +244,18 @@ def rl_iteration(config: TrainConfig, it: int, agent: LLMAgent, learner: PolicyG
             contrib_abs.append(float(np.abs(np.concatenate(d)).mean()))
             contrib_positive += list(np.concatenate(d) > 0)
         advantage = learner.session_advantages(group, d)  # (trajectory, session id) -> A_s
+        if group and group[0].transcript is not None:
+            question = env.unwrapped.site.task(group[0].task_id).question
+            logged += [logs.from_trajectory(t, question, "train", iteration=it, group=t.group, credit=c)
+                       for t, c in zip(group, logs.credit_by_session(group, advantage, d, learner))]
         for i, t in enumerate(group):
             for sid, per_session in session_sequences(t).items():
                 for s in per_session:
                     s.advantage = advantage[(i, sid)]
                 sequences += per_session
         all_adv.append(np.array(list(advantage.values())))
+    if log_to is not None:
+        logs.write_records(log_to, logged)
     with times.phase("update"):
         stats = learner.update(sequences)
     adv_all = np.concatenate(all_adv)

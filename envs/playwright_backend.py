@@ -199,12 +199,12 @@ def _adopt() -> _SharedBrowser:
     return _shared
 
 
-def _browser(executable: str) -> Browser:
-    """The shared browser, launched now if there is none or it died (with Playwright's driver, if that died)."""
+def shared_playwright() -> Playwright:
+    """This process's Playwright, started now if there is none or its driver died: the one the backend's
+    browser runs on. A second ``sync_playwright()`` in the same thread fails ("Sync API inside the asyncio
+    loop"), so other code of this process that needs a browser of its own launches it from here (and closes
+    it; Playwright itself stops at exit)."""
     shared = _adopt()
-    if shared.browser is not None and shared.browser.is_connected() and _alive(shared.driver_pid):
-        return shared.browser
-    _close_browser()
     if shared.playwright is not None and not _alive(shared.driver_pid):
         _forget_playwright()
     if shared.playwright is None:
@@ -212,6 +212,16 @@ def _browser(executable: str) -> Browser:
         shared.playwright = sync_playwright().start()
         started = _drivers() - before
         shared.driver_pid = started.pop() if len(started) == 1 else 0
+    return shared.playwright
+
+
+def _browser(executable: str) -> Browser:
+    """The shared browser, launched now if there is none or it died (with Playwright's driver, if that died)."""
+    shared = _adopt()
+    if shared.browser is not None and shared.browser.is_connected() and _alive(shared.driver_pid):
+        return shared.browser
+    _close_browser()
+    shared_playwright()
     try:
         with _Deadline.paused():
             shared.browser = shared.playwright.chromium.launch(

@@ -1,4 +1,4 @@
-"""The ``mosaic`` command line: ``train``, ``eval``, ``rollout``, ``site build|serve`` and ``bench``.
+"""The ``mosaic`` command line: ``train``, ``eval``, ``rollout``, ``site build|serve``, ``bench``, ``study``, ``view``.
 
 Each subcommand lives in its own module under :mod:`mosaic_gym.commands` with ``add_parser(subparsers)`` and
 ``run(args) -> int``; this file only wires them together.
@@ -18,6 +18,7 @@ COMMANDS = {
     "bench": "mosaic_gym.commands.bench",
     "rollout": "mosaic_gym.commands.rollout",
     "study": "mosaic_gym.commands.study",
+    "view": "mosaic_gym.commands.view",
 }
 
 

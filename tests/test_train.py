@@ -228,3 +228,30 @@ def test_train_command_without_arguments_is_the_embedded_default():
                  "group_size", "estimator", "continuations", "eval_episodes", "num_envs", "seed"):
         assert getattr(config, name) == getattr(default, name), name
     assert config.pg == default.pg
+
+
+@pytest.mark.parametrize("run", ["broadcast_run", "mosaic_run"])
+def test_a_run_logs_its_sampled_groups_with_each_sessions_credit(request, run):
+    from algos import logs
+
+    out: Path = request.getfixturevalue(run)
+    config = _config(out, "broadcast" if run == "broadcast_run" else "mosaic", iterations=2)
+    paths = logs.find_logs(out)
+    assert [p.name for p in paths] == [f"iteration-{it:04d}{logs.SUFFIX}" for it in range(2)]
+    for it, path in enumerate(paths):
+        records = list(logs.read(path))
+        assert len(records) == min(config.log_groups, config.tasks_per_iter) * config.group_size
+        for r in records:
+            assert (r["source"], r["iteration"], r["credit"]) == ("train", it, config.algo)
+            assert len(r["steps"]) == r["steps_used"]
+            for s in r["sessions"]:
+                # The run's own credit is its column; the other is computed beside it; D only where estimated.
+                assert s["credit_advantage"] == pytest.approx(s[f"credit_{config.algo}"])
+                assert (s["credit_contribution"] is None) == (config.algo == "broadcast")
+        # Broadcast gives every session of a trajectory the same advantage, z-scored over the group's rewards.
+        for g in {r["group"] for r in records}:
+            group = [r for r in records if r["group"] == g]
+            rewards = np.array([r["reward"] for r in group])
+            z = (rewards - rewards.mean()) / (rewards.std() + 1e-6)
+            for r, expected in zip(group, z):
+                assert [s["credit_broadcast"] for s in r["sessions"]] == pytest.approx([expected] * len(r["sessions"]))

@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from algos.evaluate import PROTOCOLS, pass_at_kt
+from algos.logs import SUFFIX
 from .common import HelpFormatter, add_agent_args, add_env_args, build_agent, int_list, make_env
 
 DESCRIPTION = """\
@@ -25,7 +26,8 @@ EXAMPLES = """examples:
   mosaic eval --agent runs/mosaic/final --mode choose --protocol rerun --temperature 0.7 --out eval-trained
 
 The tables go to OUT/passkt.csv (K rows, T columns), OUT/passkt.md (with the mean sessions and steps used
-under each T), OUT/passkt.json (every run, and these arguments) and OUT/passkt.png (the heatmap).
+under each T), OUT/passkt.json (every run, and these arguments) and OUT/passkt.png (the heatmap); every run's
+trajectory to OUT/eval.traj.jsonl.gz (mosaic view OUT shows them with the heatmap).
 """
 
 
@@ -54,7 +56,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     e.add_argument("--tasks", type=int, default=None, metavar="N",
                    help="evaluate N tasks spread evenly over the split (None: all of them)")
     e.add_argument("--num-envs", type=int, default=8, help="episodes run side by side (batched agent calls)")
-    e.add_argument("--out", default="eval", metavar="DIR", help="folder for passkt.csv/.md/.json/.png")
+    e.add_argument("--out", default="eval", metavar="DIR",
+                   help="folder for passkt.csv/.md/.json/.png and the trajectory log eval.traj.jsonl.gz")
+    e.add_argument("--no-log", action="store_true", help="do not log the trajectories (see them with mosaic view DIR)")
     e.add_argument("--no-progress", action="store_true",
                    help="hide progress bars (the evaluation's, the model loader's, indexing a corpus)")
     p.set_defaults(run=run)
@@ -92,7 +96,8 @@ def run(args: argparse.Namespace) -> int:
         agent = build_agent(args, env)
         task_ids = spread([task.id for task in env.unwrapped.tasks], args.tasks)
         result = pass_at_kt(agent, env, ks=args.ks, ts=args.ts, n=args.n, tasks=task_ids, protocol=args.protocol,
-                            seed=args.seed, num_envs=args.num_envs, progress=not args.no_progress)
+                            seed=args.seed, num_envs=args.num_envs, progress=not args.no_progress,
+                            log_to=None if args.no_log else os.path.join(args.out, "eval" + SUFFIX))
     except ValueError as err:
         print(f"mosaic eval: {err}", file=sys.stderr)
         return 2
@@ -102,4 +107,6 @@ def run(args: argparse.Namespace) -> int:
     paths = result.save(args.out, metadata={"args": settings})
     print(result.markdown())
     print("wrote " + ", ".join(str(path) for path in paths.values()))
+    if not args.no_log:
+        print(f"trajectories: {os.path.join(args.out, 'eval' + SUFFIX)} (mosaic view {args.out})")
     return 0

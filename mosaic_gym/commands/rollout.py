@@ -22,6 +22,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--episodes", type=int, default=1, help="how many episodes")
     p.add_argument("--seed", type=int, default=0, help="seed of the first episode (then seed+1, ...)")
     p.add_argument("--full", action="store_true", help="print whole observations, not their last lines")
+    p.add_argument("--out", metavar="DIR", default=None,
+                   help="also log every trajectory to DIR/rollout.traj.jsonl.gz (see it with mosaic view DIR)")
     p.set_defaults(run=run)
 
 
@@ -37,10 +39,14 @@ def run(args: argparse.Namespace) -> int:
         env.close()
         print(f"mosaic rollout: {err}", file=sys.stderr)
         return 2
+    from algos import logs
+
+    log = logs.TrajectoryLog(f"{args.out}/rollout{logs.SUFFIX}") if args.out else None
     wins = 0
     for episode in range(args.episodes):
         obs, info = env.reset(seed=args.seed + episode)
         agent.reset()
+        question, steps = info["session_task"], []
         print(f"=== episode {episode}: task {info['task_id']} (budget {info['max_steps']} steps)")
         print(info["messages"][1]["content"])
         done = False
@@ -49,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
             acting = info["session_id"]
             obs, reward, terminated, truncated, info = env.step(action)
             done = terminated or truncated
+            steps.append(logs.step_record(action, info))
             shown = info["messages"][-1]["content"] if info["messages"] else ""
             if not args.full:
                 shown = "\n".join(shown.splitlines()[:6])
@@ -63,6 +70,13 @@ def run(args: argparse.Namespace) -> int:
               f"{trajectory['answer']!r}, gold {trajectory['gold_answer']!r}, {trajectory['steps_used']} steps, "
               f"{len(trajectory['sessions'])} sessions")
         print(json.dumps([{k: s[k] for k in ("id", "parent", "kind", "steps")} for s in trajectory["sessions"]]))
+        if log is not None:
+            log.write(logs.trajectory_record(trajectory, steps, question=question, reward=reward, source="rollout",
+                                             meta={"episode": episode, "seed": args.seed + episode,
+                                                   "agent": args.agent}))
     print(f"\nsolved {wins} of {args.episodes}")
     env.close()
+    if log is not None:
+        log.close()
+        print(f"logged {log.count} trajectories to {log.path} (mosaic view {args.out})")
     return 0

@@ -40,6 +40,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--iterations", type=int, default=None,
                    help="RL iterations per run (default: the preset's); more extends finished runs")
     p.add_argument("--jobs", type=int, default=1, help="runs trained side by side, each in its own process")
+    p.add_argument("--log-groups", type=int, default=None,
+                   help="groups per iteration each run logs to its trajectories/ (default: mosaic train's; see "
+                        "them with mosaic view OUT)")
     p.add_argument("--out", default="runs/study", help="the study's folder (runs and results)")
     p.add_argument("--summary-only", action="store_true", help="rebuild the results from finished runs; run nothing")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
@@ -55,6 +58,9 @@ def run(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         print("mosaic study: --jobs must be at least 1", file=sys.stderr)
         return 2
+    if args.log_groups is not None and args.log_groups < 0:
+        print("mosaic study: --log-groups must be at least 0", file=sys.stderr)
+        return 2
     if args.iterations is not None and args.iterations < 0:
         print("mosaic study: --iterations must be at least 0", file=sys.stderr)
         return 2
@@ -69,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         results = summarize(args.claim, args.out, args.seeds, quick=args.quick)
     else:
         results = run_claim(args.claim, args.out, args.seeds, quick=args.quick, iterations=args.iterations,
-                            jobs=args.jobs)
+                            jobs=args.jobs, log_groups=args.log_groups)
     from algos.study import markdown
 
     print(markdown(results))

@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
+import warnings
 from pathlib import Path
 
 from .common import HelpFormatter, budgets, device, fraction, hops, parse_hops
@@ -27,6 +29,7 @@ SETS = {
     "num_envs": ("num_envs",), "device": ("pg.device",), "dtype": ("pg.dtype",), "seed": ("seed",),
     "temperature": ("temperature",), "max_new_tokens": ("max_new_tokens",),
     "prompt_examples": ("prompt_examples",), "lora_rank": ("lora_rank",),
+    "log_groups": ("log_groups",),
 }  # and --env-kwargs: each key of its JSON, env_kwargs.KEY
 
 
@@ -107,6 +110,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="training dtype")
     p.add_argument("--seed", type=int, default=d.seed, help="seeds everything")
     p.add_argument("--out", default=None, help="run folder (default: runs/<algo>)")
+    p.add_argument("--log-groups", type=_log_groups, default=d.log_groups,
+                   help="groups per iteration whose trajectories go to OUT/trajectories/ (mosaic view OUT; 0: none)")
+    p.add_argument("--tensorboard", nargs=0, const=True, default=False,
+                   help="also write the metrics as TensorBoard events in OUT/tensorboard (pip install "
+                        "'mosaic-gym[tensorboard]')")
+    p.add_argument("--wandb", nargs="?", const="mosaic-gym", default=None, metavar="PROJECT",
+                   help="also log the metrics to this W&B project, when wandb is installed (default project: "
+                        "mosaic-gym)")
     p.add_argument("--resume", nargs=0, const=True, default=False,
                    help="continue the run in --out from its checkpoint, with the settings in its config.json "
                         "(flags given must agree with them; --iterations may change)")
@@ -127,6 +138,22 @@ def _continuations(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: the rollout estimator needs at least 1 continuation per "
                                          "session boundary; give --continuations 1 or more (default 2)")
+    return value
+
+
+def _log_groups(text: str) -> int:
+    """``--log-groups``: how many groups per iteration to log, 0 or more.
+
+    Example:
+        >>> _log_groups("2")
+        2
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give how many groups per iteration to log, 0 (none) or more")
     return value
 
 
@@ -157,6 +184,7 @@ def config_from_args(args: argparse.Namespace):
         num_envs=args.num_envs, seed=args.seed, out=args.out or f"runs/{args.algo}", resume=args.resume, pg=pg,
         temperature=args.temperature, max_new_tokens=args.max_new_tokens, prompt_examples=args.prompt_examples,
         lora_rank=args.lora_rank,
+        log_groups=args.log_groups,
     )
 
 
@@ -208,15 +236,28 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"mosaic train: {err}") from None
     out = Path(config.out)
     existed = out.exists()
+    from algos.config import config_to_json
+    from algos.reporting import ReporterWarning, make_reporters
+
+    reporters = []
     try:
         check_setup(config)
-        train(config)
+        with warnings.catch_warnings(record=True) as skipped:  # asked for, not installed: said in one line each
+            warnings.simplefilter("always", ReporterWarning)
+            reporters = make_reporters(out, tensorboard=args.tensorboard, wandb_project=args.wandb,
+                                       config=config_to_json(config))
+        for warning in skipped:
+            print(f"mosaic train: {warning.message}", file=sys.stderr)
+        train(config, reporters=reporters)
     except (CheckpointError, ConfigError) as err:
         raise SystemExit(f"mosaic train: {err}") from None
     except SetupError as err:
         if not existed:
             _remove_if_empty(out)
         raise SystemExit(f"mosaic train: {err}") from None
+    finally:
+        for reporter in reporters:
+            reporter.close()
     return 0
 
 

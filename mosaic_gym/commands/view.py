@@ -1,0 +1,69 @@
+"""``mosaic view RUN_DIR``: see a run's trajectories (session trees, steps, credit) in a browser."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .common import HelpFormatter
+
+DESCRIPTION = """\
+Show the trajectory logs (*.traj.jsonl.gz) under RUN_DIR: the list of trajectories, filterable by task,
+success, number of sessions and iteration; for one trajectory its session tree (compactions as a chain,
+forks as branches), each session's steps (actions, errors, tool results) with the summary or fork task it
+started from and its handoff, and each session's credit (broadcast and Mosaic advantages, contribution D);
+the run's curves (metrics.jsonl) and Pass@(K,T) heatmaps (passkt.json) where the folder has them.
+
+Logs come from `mosaic rollout --out DIR`, `mosaic eval --out DIR` and `mosaic train` (OUT/trajectories/).
+"""
+
+EXAMPLES = """examples:
+  mosaic rollout --agent oracle --fork --compact-at 0.5 --session-max-tokens 1500 \\
+      --env-kwargs '{"families": "compare"}' --episodes 3 --out runs/look
+  mosaic view runs/look                        # serves http://127.0.0.1:8000/ until Ctrl-C
+  mosaic view runs/mosaic --html mosaic.html   # one self-contained file to share (works offline)
+  mosaic view runs/look --screenshot view.png  # a PNG of the page (headless Chromium)
+"""
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("view", help="see a run's trajectories: session trees, steps, credit (a web page)",
+                              description=DESCRIPTION, epilog=EXAMPLES, formatter_class=HelpFormatter)
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a run folder (any depth of logs below it) or one log file")
+    p.add_argument("--port", type=int, default=8000, help="port on 127.0.0.1 (0: any free port)")
+    p.add_argument("--html", metavar="OUT", default=None, help="write one static HTML file instead of serving")
+    p.add_argument("--screenshot", metavar="PNG", default=None,
+                   help="write a PNG of the page, the trajectory with the most sessions opened, instead of serving")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from algos.logs import LogError
+
+    from mosaic_gym import viewer
+
+    if args.html and args.screenshot:
+        print("mosaic view: give --html or --screenshot, not both", file=sys.stderr)
+        return 2
+    try:
+        if args.html:
+            print(f"wrote {viewer.write_html(args.run_dir, args.html)}")
+            return 0
+        if args.screenshot:
+            print(f"wrote {viewer.screenshot(args.run_dir, args.screenshot)}")
+            return 0
+        server = viewer.ViewerServer(args.run_dir, args.port)
+    except (FileNotFoundError, LogError, ValueError) as err:
+        print(f"mosaic view: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:  # the port is taken
+        print(f"mosaic view: cannot listen on 127.0.0.1:{args.port} ({err}); try --port 0", file=sys.stderr)
+        return 2
+    print(f"{len(server.entries)} trajectories: {server.url} (Ctrl-C stops)")
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0
