@@ -43,6 +43,7 @@ from .budgets import FixedBudget, parse_budgets
 from .checkpoint import CheckpointError, read_checkpoint, remove_stale_temps, restore_checkpoint, save_checkpoint
 from .config import (RESUMABLE, ConfigError, TrainConfig, changed_settings, config_to_json, read_config,
                      write_config)
+from .lora import add_lora, merge_lora
 from .pg import PolicyGradient
 from .rollout import Collector, Request, session_sequences
 from .session_metrics import group_diversity, session_metrics
@@ -66,6 +67,7 @@ def train(config: TrainConfig, log: Any = print, reporters: Sequence[Any] = ()) 
     make_env = lambda split="train": gym.make(config.env_id, **{**config.env_kwargs, "split": split})  # noqa: E731
     env = make_env()
     model, tokenizer = _model(config, env, out, from_run=payload is not None)
+    adapters = add_lora(model, config.lora_rank, seed=config.seed) if config.lora_rank else None
     agent = make_agent(config, model, tokenizer)
     learner = PolicyGradient(model, config.pg)
     collector = Collector(make_env, config.num_envs)
@@ -93,7 +95,7 @@ def train(config: TrainConfig, log: Any = print, reporters: Sequence[Any] = ()) 
     if state["phase"] == "warm_start":
         _warm_start(parts, model)
     _rl_loop(parts, sampler, rng)
-    return _finish(parts, model, tokenizer)
+    return _finish(parts, model, tokenizer, adapters)
 
 
 @dataclasses.dataclass
@@ -179,8 +181,9 @@ def _rl_loop(run: _Run, sampler: Any, rng: np.random.Generator) -> None:
     bar.close()
 
 
-def _finish(run: _Run, model: torch.nn.Module, tokenizer: Any) -> dict[str, Any]:
-    """Held-out success after RL, the trained model in ``final/``, the summary, the plot and the report."""
+def _finish(run: _Run, model: torch.nn.Module, tokenizer: Any, adapters: Any = None) -> dict[str, Any]:
+    """Held-out success after RL, the trained model in ``final/`` (LoRA ``adapters`` merged into it), the summary,
+    the plot and the report."""
     config, out, state = run.config, run.out, run.state
     summary = state["summary"]
     if "success_final" not in summary:
@@ -188,6 +191,8 @@ def _finish(run: _Run, model: torch.nn.Module, tokenizer: Any) -> dict[str, Any]
         summary["success_final"] = summary["success_warm_start"] if config.iterations == 0 else \
             evaluate(run.agent, run.eval_collector, config, "held-out (after RL)")
         run.save()
+    if adapters is not None:
+        model = merge_lora(adapters)  # (the run's state is saved: the checkpoint keeps the adapters apart)
     model.save_pretrained(out / "final")
     tokenizer.save_pretrained(out / "final")
     summary.update(algo=config.algo, iterations=config.iterations, run=str(out), model=str(out / "final"))

@@ -103,3 +103,25 @@ def test_the_trained_models_recorded_logprobs_equal_a_fresh_forward_pass(run):
         generated = mask[row, : len(s.token_ids)].numpy()  # logp[row, t]: token t given the tokens before it
         np.testing.assert_allclose(logp[row, : len(s.token_ids)].numpy()[generated],
                                    np.array(s.old_logprobs)[generated], atol=2e-4)
+
+
+def test_a_lora_run_trains_only_its_adapters_and_saves_them_merged(chat_model_folder, tmp_path):
+    out = tmp_path / "lora"
+    config = TrainConfig(
+        algo="broadcast", env_kwargs=dict(ENV), model=str(chat_model_folder), mode="generate", prompt_examples=True,
+        max_new_tokens=8, bc_episodes=4, bc_epochs=1, bc_lr=3e-3, iterations=1, tasks_per_iter=1, group_size=2,
+        eval_episodes=1, num_envs=2, seed=2, out=str(out), lora_rank=4, pg=PGConfig(lr=1e-3))
+    algos.train.train(config, log=lambda *a: None)
+    initial, _ = load_model(str(out / "model"))
+    final, _ = load_model(str(out / "final"))
+    saved = torch.load(out / "checkpoint.pt", map_location="cpu", weights_only=False)["model"]
+    adapters = {k: v for k, v in saved.items() if "lora_" in k}
+    assert adapters and any(float(v.abs().sum()) > 0 for k, v in adapters.items() if "lora_B" in k)
+    # The base weights never moved; the merged model differs from the initial one by the adapters alone.
+    base = {k.removeprefix("base_model.model.").replace(".base_layer", ""): v for k, v in saved.items()
+            if "lora_" not in k}
+    start = initial.state_dict()
+    assert all(torch.equal(base[k], start[k]) for k in start if k in base) and len(base) >= len(start) - 1
+    assert not any("lora" in k for k in final.state_dict())
+    moved = [k for k, v in final.state_dict().items() if not torch.equal(v, start[k])]
+    assert moved and all(k.endswith("_proj.weight") for k in moved)
