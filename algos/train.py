@@ -448,6 +448,10 @@ def _seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def _share(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0%}"
+
+
 def _report(summary: dict[str, Any]) -> str:
     rows = [(name, summary[key]) for name, key in (("initial model", "success_initial"),
                                                     ("after warm start", "success_warm_start"),
@@ -455,6 +459,7 @@ def _report(summary: dict[str, Any]) -> str:
     return "\n".join(
         [f"held-out results ({summary.get('algo')}, {summary.get('iterations')} RL iterations, run {summary.get('run')}):"]
         + [f"  {name:<18} {r['success']:.3f} success, {r['sessions']:.2f} sessions per trajectory, "
-           f"{r['steps']:.1f} steps ({r['episodes']} episodes)" for name, r in rows]
+           f"{r['steps']:.1f} steps, {_share(r['metrics'].get('parse_rate'))} of steps a valid call "
+           f"({r['episodes']} episodes)" for name, r in rows]
         + ([f"  RL gain {summary['rl_gain']:+.3f} +- {summary['rl_gain_stderr']:.3f} (mean over test tasks, paired, "
             f"+- one standard error)"] if "rl_gain" in summary else []))

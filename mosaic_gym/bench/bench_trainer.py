@@ -20,6 +20,7 @@ Usage:
     python bench/bench_trainer.py --quick           # tiny-1m, 4 one-hop episodes (one session each)
     python bench/bench_trainer.py --smoke           # tiny-1m, 1 one-hop episode on a site of 150
     python bench/bench_trainer.py --model tiny-10m --episodes 32 --threads 2
+    python bench/bench_trainer.py --model smollm2 --episodes 4 --hops 1 --window 1024 --lora-rank 16
 """
 
 from __future__ import annotations
@@ -105,6 +106,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--site-size", type=int, help="builtin site entities (default 300; smoke 150)")
     parser.add_argument("--repeat", type=int, help="timed passes of each, after a warm-up (default 3)")
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--lora-rank", type=int, default=0,
+                        help="also time the update of a copy of the model with LoRA adapters of this rank (needs peft)")
     parser.add_argument("--out", type=Path, help="also write the JSON here")
     args = parser.parse_args(argv)
     if args.repeat is not None and args.repeat < 1:
@@ -134,6 +137,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         if attempt > 0:  # the first pass of each warms up (allocations, kernels) and does not count
             update_s, bare_s = min(update_s, middle - start), min(bare_s, end - middle)
     tokens = sum(len(s.token_ids) for s in sequences)
+    lora = _lora_row(model, sequences, config, args) if args.lora_rank else {}
     return {
         "bench": "trainer",
         "settings": args.settings,
@@ -156,7 +160,33 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "update_tokens_per_s": round(tokens / update_s, 1),
         "bare_tokens_per_s": round(tokens / bare_s, 1),
         "ratio": round(bare_s / update_s, 3),
+        **lora,
     }
+
+
+def _lora_row(model: torch.nn.Module, sequences: list[TrainSequence], config: PGConfig, args: argparse.Namespace
+              ) -> dict[str, Any]:
+    """The same update on a copy of ``model`` with LoRA adapters (:func:`algos.lora.add_lora`): its tokens/s, and
+    its speed over the full update's as ``lora_speedup``."""
+    import copy
+
+    from algos.lora import add_lora
+
+    adapted = copy.deepcopy(model)
+    add_lora(adapted, args.lora_rank)
+    learner = PolicyGradient(adapted, config)
+    best = float("inf")
+    for attempt in range(args.repeat + 1):
+        synchronize(learner.device)
+        start = time.perf_counter()
+        learner.update(sequences)
+        synchronize(learner.device)
+        if attempt > 0:
+            best = min(best, time.perf_counter() - start)
+    tokens = sum(len(s.token_ids) for s in sequences)
+    trainable = sum(p.numel() for p in adapted.parameters() if p.requires_grad)
+    return {"lora_rank": args.lora_rank, "lora_trainable_parameters": trainable, "lora_update_s": round(best, 4),
+            "lora_update_tokens_per_s": round(tokens / best, 1)}
 
 
 def run(settings: str = "full") -> dict[str, Any]:

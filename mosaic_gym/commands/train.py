@@ -29,7 +29,7 @@ SETS = {
     "num_envs": ("num_envs",), "device": ("pg.device",), "dtype": ("pg.dtype",), "seed": ("seed",),
     "temperature": ("temperature",), "max_new_tokens": ("max_new_tokens",),
     "prompt_examples": ("prompt_examples",), "lora_rank": ("lora_rank",),
-    "log_groups": ("log_groups",),
+    "log_groups": ("log_groups",), "bc_lr": ("bc_lr",), "eval_initial": ("eval_initial",),
 }  # and --env-kwargs: each key of its JSON, env_kwargs.KEY
 
 
@@ -101,6 +101,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="padded tokens per forward/backward (gradient accumulation: lower it to fit memory)")
     p.add_argument("--bc-episodes", type=int, default=d.bc_episodes, help="oracle demonstrations (0: no warm start)")
     p.add_argument("--bc-epochs", type=int, default=d.bc_epochs, help="warm-start passes over the demonstrations")
+    p.add_argument("--bc-lr", type=float, default=d.bc_lr, help="warm-start learning rate")
+    p.add_argument("--eval-initial", nargs=0, const=True, default=d.eval_initial,
+                   help="also measure held-out success (and parse rate) before the warm start")
     p.add_argument("--bc-compact-at", type=fraction, default=d.bc_compact_at,
                    help="the demonstrating oracle compacts past this fraction of the window (default: only when "
                         "the env asks)")
@@ -177,7 +180,8 @@ def config_from_args(args: argparse.Namespace):
                   micro_batch_tokens=args.micro_batch_tokens)
     return TrainConfig(
         algo=args.algo, env_id=args.env, env_kwargs=env_kwargs, model=args.model, mode=args.mode,
-        bc_episodes=args.bc_episodes, bc_epochs=args.bc_epochs, bc_compact_at=args.bc_compact_at,
+        bc_episodes=args.bc_episodes, bc_epochs=args.bc_epochs, bc_compact_at=args.bc_compact_at, bc_lr=args.bc_lr,
+        eval_initial=args.eval_initial,
         iterations=args.iterations,
         tasks_per_iter=args.tasks_per_iter, group_size=args.group_size, budgets=args.budgets,
         estimator=args.estimator, continuations=args.continuations, eval_episodes=args.eval_episodes,
