@@ -115,6 +115,9 @@ class _Run:
     reporters: Sequence[Any] = ()
 
 
+BC_MICRO_BATCH_TOKENS = 8192  # the warm start's padded tokens per forward/backward, at most (see _warm_start)
+
+
 def make_agent(config: TrainConfig, model: torch.nn.Module, tokenizer: Any) -> LLMAgent:
     """The run's agent: its mode, temperature, token limit, prompt examples, seed and device."""
     return LLMAgent(model, tokenizer, mode=config.mode, temperature=config.temperature, seed=config.seed,
@@ -142,7 +145,10 @@ def _warm_start(run: _Run, model: torch.nn.Module) -> None:
             demos += collector.run(TeacherForcing(oracle, agent), requests[n::len(styles)],
                                    progress=f"oracle demonstrations ({n + 1}/{len(styles)})" if len(styles) > 1
                                    else "oracle demonstrations")
-        losses = clone(model, demos, config.bc_epochs, config.bc_lr, device=config.pg.device, seed=config.seed)
+        # Micro-batches at most the learner's: the setting that fits a model's activations in memory (a 135M model
+        # needs about 1.4 MB a token for its backward pass on CPU) binds the warm start too.
+        losses = clone(model, demos, config.bc_epochs, config.bc_lr, device=config.pg.device, seed=config.seed,
+                       micro_batch_tokens=min(BC_MICRO_BATCH_TOKENS, config.pg.micro_batch_tokens))
         summary["warm_start_loss"] = [losses[0], losses[-1]]
         summary["demo_sessions"] = float(np.mean([d.num_sessions for d in demos]))
         summary["demo_metrics"] = _finite(session_metrics(demos))
