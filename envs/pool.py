@@ -373,3 +373,40 @@ def init_ray(address: str | None = None, **kwargs: Any) -> None:
     if address not in (None, "local"):
         kwargs["address"] = address
     ray.init(**kwargs)
+
+
+def make_pool(env_id: str, env_kwargs: dict[str, Any], num_envs: int, ray: str | None = None,
+              envs_per_worker: int = 4) -> EnvPool:
+    """A :class:`LocalPool` (``ray`` None), or a :class:`RayPool` on a local Ray cluster (``ray="local"``) or
+    the cluster at ``ray`` (an address: ``"auto"``, ``"HOST:6379"``, ``"ray://HOST:10001"``)."""
+    if ray is None:
+        return LocalPool(lambda: gym.make(env_id, **env_kwargs), num_envs)
+    init_ray(ray)
+    return RayPool(env_id, env_kwargs, num_envs, envs_per_worker=envs_per_worker)
+
+
+class PoolEnv:
+    """One slot of a pool with an env's ``reset``/``step``, for code that steps one env at a time.
+
+    Example:
+        >>> import gymnasium as gym, envs
+        >>> env = PoolEnv(LocalPool(lambda: gym.make("mosaic/WebQA-v0", site_size=120), 1))
+        >>> obs, info = env.reset(seed=0)
+        >>> env.step("scroll(\\"down\\")")[4]["steps_used"]
+        1
+        >>> env.close()
+    """
+
+    def __init__(self, pool: EnvPool, slot: int = 0):
+        self.pool, self.slot = pool, slot
+
+    def reset(self, *, seed: int, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        result = self.pool.reset([self.slot], [seed], [options or {}])[0]
+        return result.observation, result.info
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        r = self.pool.step([self.slot], [action])[0]
+        return r.observation, r.reward, r.terminated, r.truncated, r.info
+
+    def close(self) -> None:
+        self.pool.close()

@@ -4,6 +4,7 @@ worker killed mid-episode is replaced with its episodes rerun, the results still
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import signal
@@ -114,3 +115,21 @@ def test_ray_pool_refuses_bad_use(ray_cluster):
             pool.reset([5], [0], [{}])
         with pytest.raises(RuntimeError, match="stepped before they were reset"):
             pool.step([0], ['search("x")'])
+
+
+def test_commands_with_ray_print_what_they_print_without(ray_cluster, capsys, tmp_path):
+    from mosaic_gym.cli import main
+
+    outputs = []
+    for extra in ([], ["--ray"]):
+        assert main(["rollout", "--agent", "oracle", "--site-size", str(SITE_SIZE), "--episodes", "2",
+                     "--max-steps", "12", *extra]) == 0
+        outputs.append(capsys.readouterr().out)
+        out = tmp_path / f"eval{len(extra)}"
+        assert main(["eval", "--agent", "oracle", "--error-rate", "0.3", "--site-size", str(SITE_SIZE), "--tasks",
+                     "3", "--n", "2", "--ks", "1,2", "--ts", "4,12", "--num-envs", "4", "--no-progress", "--out",
+                     str(out), *extra]) == 0
+        capsys.readouterr()
+        outputs.append(json.loads((out / "passkt.json").read_text())["samples"])
+    assert "solved" in outputs[0] and outputs[2] == outputs[0]
+    assert len(outputs[1]) == 6 and outputs[3] == outputs[1]

@@ -6,7 +6,9 @@ import argparse
 import json
 import sys
 
-from .common import HelpFormatter, add_env_args, build_agent, fraction, make_env
+from envs.pool import PoolEnv
+
+from .common import HelpFormatter, add_env_args, add_scale_args, build_agent, fraction, make_env, make_pool
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -17,7 +19,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=HelpFormatter,
     )
     add_env_args(p)
-    p.add_argument("--agent", default="oracle", help="oracle | random | a model (tiny-1m, smollm2, a folder)")
+    p.add_argument("--agent", default="oracle",
+                   help="oracle | random | a model (tiny-1m, smollm2, a folder) | a server URL (with --model)")
     p.add_argument("--compact-at", type=fraction, default=None,
                    help="oracle: compact when the context passes this fraction of the window")
     p.add_argument("--fork", action="store_true", help="oracle: fork one subagent per sub-question")
@@ -25,6 +28,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--episodes", type=int, default=1, help="how many episodes")
     p.add_argument("--seed", type=int, default=0, help="seed of the first episode (then seed+1, ...)")
     p.add_argument("--full", action="store_true", help="print whole observations, not their last lines")
+    add_scale_args(p)
     p.set_defaults(run=run)
 
 
@@ -36,13 +40,15 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         agent = build_agent(args, env)
-    except ValueError as err:  # an agent name that names nothing, or a model that cannot load
+    except (ValueError, RuntimeError) as err:  # an agent name that names nothing, a model that cannot load, a server
+        # that does not answer or serves another model
         env.close()
         print(f"mosaic rollout: {err}", file=sys.stderr)
         return 2
+    stepper = PoolEnv(make_pool(args, 1)) if args.ray else env  # with --ray the env steps on a Ray worker
     wins = 0
     for episode in range(args.episodes):
-        obs, info = env.reset(seed=args.seed + episode)
+        obs, info = stepper.reset(seed=args.seed + episode)
         agent.reset()
         print(f"=== episode {episode}: task {info['task_id']} (budget {info['max_steps']} steps)")
         print(info["messages"][1]["content"])
@@ -50,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         while not done:
             action = agent.act(obs, info)
             acting = info["session_id"]
-            obs, reward, terminated, truncated, info = env.step(action)
+            obs, reward, terminated, truncated, info = stepper.step(action)
             done = terminated or truncated
             shown = info["messages"][-1]["content"] if info["messages"] else ""
             if not args.full:
@@ -68,4 +74,6 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps([{k: s[k] for k in ("id", "parent", "kind", "steps")} for s in trajectory["sessions"]]))
     print(f"\nsolved {wins} of {args.episodes}")
     env.close()
+    if stepper is not env:
+        stepper.close()
     return 0

@@ -98,6 +98,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="training dtype")
     p.add_argument("--seed", type=int, default=d.seed, help="seeds everything")
     p.add_argument("--out", default=None, help="run folder (default: runs/<algo>)")
+    p.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                   help="step the envs on Ray workers: alone, a local cluster (ray.init()); with an ADDRESS (auto, "
+                        "HOST:6379, ray://HOST:10001), that cluster's (the same results as in-process envs)")
     p.add_argument("--resume", nargs=0, const=True, default=False,
                    help="continue the run in --out from its checkpoint, with the settings in its config.json "
                         "(flags given must agree with them; --iterations may change)")
@@ -146,6 +149,7 @@ def config_from_args(args: argparse.Namespace):
         tasks_per_iter=args.tasks_per_iter, group_size=args.group_size, budgets=args.budgets,
         estimator=args.estimator, continuations=args.continuations, eval_episodes=args.eval_episodes,
         num_envs=args.num_envs, seed=args.seed, out=args.out or f"runs/{args.algo}", resume=args.resume, pg=pg,
+        ray=args.ray,
     )
 
 
@@ -170,7 +174,7 @@ def resume_config(args: argparse.Namespace):
                                   f"{path} (a resumed run keeps its settings; only --{', --'.join(RESUMABLE)} may "
                                   f"change)")
     changes = {name: getattr(wanted, name) for name in RESUMABLE if name in args.given}
-    return dataclasses.replace(saved, **changes, resume=True)
+    return dataclasses.replace(saved, **changes, resume=True, ray=wanted.ray)
 
 
 def _settings_of(dest: str, args: argparse.Namespace) -> tuple[str, ...]:
