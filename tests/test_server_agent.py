@@ -37,10 +37,18 @@ def model_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def server(model_dir, tmp_path_factory):
+def served(model_dir, tmp_path_factory):
     log = tmp_path_factory.mktemp("serve-log") / "serve.log"
     with TransformersServer(model_dir, log_path=str(log)) as running:
         yield running
+
+
+@pytest.fixture
+def server(served):
+    """The module's server, started again if a test killed it (starting one takes seconds)."""
+    if served.process.poll() is not None:
+        served.start()
+    return served
 
 
 class RecordingProxy:
@@ -140,19 +148,18 @@ def test_wrong_model_name_is_a_clear_error(server):
         ServerAgent(server.base_url, "no-such-model")
 
 
-def test_killed_server_gives_a_clear_error(model_dir):
-    with TransformersServer(model_dir) as doomed:
-        agent = ServerAgent(doomed.base_url, doomed.model, max_tokens=4, retries=2, backoff_s=0.1, timeout_s=10)
-        env = gym.make("mosaic/WebQA-v0", **ENV_KWARGS)
-        obs, info = env.reset(seed=0)
-        agent.act_batch([obs], [info])  # it answers while it runs
-        doomed.process.kill()
-        doomed.process.wait()
-        started = time.monotonic()
-        with pytest.raises(ServerUnavailable, match=r"did not answer POST /chat/completions .* after 3 tries"):
-            agent.act_batch([obs], [info])
-        assert time.monotonic() - started < 10
-        agent.close()
+def test_killed_server_gives_a_clear_error(server):
+    agent = ServerAgent(server.base_url, server.model, max_tokens=4, retries=2, backoff_s=0.1, timeout_s=10)
+    env = gym.make("mosaic/WebQA-v0", **ENV_KWARGS)
+    obs, info = env.reset(seed=0)
+    agent.act_batch([obs], [info])  # it answers while it runs
+    server.process.kill()
+    server.process.wait()
+    started = time.monotonic()
+    with pytest.raises(ServerUnavailable, match=r"did not answer POST /chat/completions .* after 3 tries"):
+        agent.act_batch([obs], [info])
+    assert time.monotonic() - started < 10
+    agent.close()
 
 
 def test_no_server_at_the_address_is_a_clear_error():
