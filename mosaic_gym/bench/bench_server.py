@@ -7,7 +7,7 @@ same episodes through :class:`algos.rollout.Collector` with a :class:`agents.ser
 most 1, then at most 8, requests in flight. The figure is env steps/s at 8 against 1: what the overlap buys.
 
 Usage:
-    python -m mosaic_gym.bench.bench_server           # both servers; 16 episodes of up to 4 steps, tiny-3m
+    python -m mosaic_gym.bench.bench_server           # both servers; 8 two-step episodes, 64-token replies
     python -m mosaic_gym.bench.bench_server --smoke   # the plain server; 8 one-step episodes, tiny-1m
 """
 
@@ -33,8 +33,8 @@ PACKAGES = ("transformers", "torch", "fastapi", "uvicorn")
 IN_FLIGHT = (1, 8)
 MODES = {"plain": False, "continuous": True}  # the server's --continuous-batching
 DEFAULTS = {
-    "full": {"episodes": 16, "max_steps": 4, "max_tokens": 16, "size": "3m", "modes": "plain,continuous"},
-    "quick": {"episodes": 8, "max_steps": 2, "max_tokens": 16, "size": "1m", "modes": "plain,continuous"},
+    "full": {"episodes": 8, "max_steps": 2, "max_tokens": 64, "size": "1m", "modes": "plain,continuous"},
+    "quick": {"episodes": 8, "max_steps": 1, "max_tokens": 32, "size": "1m", "modes": "plain,continuous"},
     "smoke": {"episodes": 8, "max_steps": 1, "max_tokens": 4, "size": "1m", "modes": "plain"},
 }
 
