@@ -270,7 +270,7 @@ class RayPool(EnvPool):
         for s, seed, opts in zip(slots, seeds, options):
             self._episodes[s] = _Episode(seed, opts)
         items = [(s, (s % self.envs_per_worker, seed, opts)) for s, seed, opts in zip(slots, seeds, options)]
-        return self._call("reset", items, snapshots)
+        return self._call(lambda actor, batch: actor.reset.remote(batch, snapshots), items)
 
     def step(self, slots, actions, snapshot_before=None, snapshots=False):
         self._check(slots)
@@ -279,7 +279,7 @@ class RayPool(EnvPool):
             raise RuntimeError(f"slots {missing} were stepped before they were reset")
         before = snapshot_before if snapshot_before is not None else [False] * len(slots)
         items = [(s, (s % self.envs_per_worker, a, b)) for s, a, b in zip(slots, actions, before)]
-        results = self._call("step", items, snapshots)
+        results = self._call(lambda actor, batch: actor.step.remote(batch, snapshots), items)
         for s, a, r in zip(slots, actions, results):
             if r.terminated or r.truncated:
                 del self._episodes[s]
@@ -287,17 +287,16 @@ class RayPool(EnvPool):
                 self._episodes[s].actions.append(a)
         return results
 
-    def _call(self, method: str, items: list[tuple[int, tuple]], snapshots: bool) -> list[StepResult]:
-        """One call per worker holding any of the slots, all in flight at once; a dead worker is replaced, its
-        episodes rerun, and its call made again. Results in the order of ``items``."""
+    def _call(self, submit: Callable[[Any, list[tuple]], Any], items: list[tuple[int, tuple]]) -> list[StepResult]:
+        """``submit(actor, batch)`` once per worker holding any of the slots, all in flight at once; a dead
+        worker is replaced, its episodes rerun, and its batch submitted again. Results in the order of ``items``."""
         by_worker: dict[int, list[tuple[int, tuple]]] = {}
         for index, (slot, item) in enumerate(items):
             by_worker.setdefault(slot // self.envs_per_worker, []).append((index, item))
         results: list[StepResult | None] = [None] * len(items)
         pending = dict(by_worker)
         while pending:
-            refs = {w: getattr(self.workers[w], method).remote([it for _, it in batch], snapshots)
-                    for w, batch in pending.items()}
+            refs = {w: submit(self.workers[w], [it for _, it in batch]) for w, batch in pending.items()}
             failed = {}
             for w, ref in refs.items():
                 try:

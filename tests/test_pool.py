@@ -133,3 +133,16 @@ def test_commands_with_ray_print_what_they_print_without(ray_cluster, capsys, tm
         outputs.append(json.loads((out / "passkt.json").read_text())["samples"])
     assert "solved" in outputs[0] and outputs[2] == outputs[0]
     assert len(outputs[1]) == 6 and outputs[3] == outputs[1]
+
+
+def test_a_corpus_sent_through_the_object_store_gives_the_local_results(ray_cluster):
+    from pathlib import Path
+
+    corpus = {"site": str(Path(__file__).parent / "fixtures" / "corpus_html"), "max_steps": 12}
+    reqs = [Request(seed=s, options={}, group=s) for s in range(2)]
+    make = lambda: gym.make(ENV_ID, **corpus)  # noqa: E731
+    driver_env = make()
+    local = Collector(make, 2).run(OracleAgent(driver_env), reqs)
+    with RayPool(ENV_ID, corpus, num_envs=2, envs_per_worker=2, ship_corpus=True) as pool:
+        remote = Collector(None, 2, pool=pool).run(OracleAgent(driver_env), reqs)
+    assert plain(remote) == plain(local) and all(t.tree["steps_used"] > 0 for t in local)
