@@ -227,14 +227,16 @@ class RayPool(EnvPool):
             backend).
         num_envs: how many slots.
         envs_per_worker: envs per actor (the last actor may hold fewer).
-        num_cpus: CPUs Ray reserves per actor.
+        num_cpus: CPUs Ray reserves per actor (default: 1 where the cluster has them free, else a share of the
+            free CPUs, possibly 0).
         ship_corpus: send the corpus folder named by ``env_kwargs["site"]`` through the object store, for
             nodes that do not share its file system.
         max_restarts: how many times in all a dead worker is replaced before the pool gives up.
     """
 
     def __init__(self, env_id: str, env_kwargs: dict[str, Any], num_envs: int, envs_per_worker: int = 4,
-                 num_cpus: float = 1.0, ship_corpus: bool = False, max_restarts: int = 8):
+                 num_cpus: float | None = None, ship_corpus: bool = False, max_restarts: int = 8,
+                 start_timeout_s: float = 300.0):
         ray = _import_ray()
         if not ray.is_initialized():
             raise RuntimeError("RayPool needs a running Ray: call envs.pool.init_ray() (or ray.init()) first")
@@ -245,10 +247,23 @@ class RayPool(EnvPool):
         self.envs = []
         self.max_restarts, self.restarts = max_restarts, 0
         self._ray = ray
+        if num_cpus is None:
+            # A CPU per worker where the cluster has them free; else a share of what is free (none: the workers
+            # share the CPUs with whatever holds them, e.g. a second pool of the same run).
+            num_cpus = min(1.0, ray.available_resources().get("CPU", 0.0) / self.num_workers)
+        self.num_cpus = num_cpus
         self._actor_class = ray.remote(num_cpus=num_cpus, max_restarts=0)(EnvWorker)
         self._corpus = ray.put(_read_corpus(env_kwargs["site"])) if ship_corpus else None
         self._episodes: dict[int, _Episode] = {}
         self.workers = [self._start_worker(w) for w in range(self.num_workers)]
+        try:
+            ray.get([w.pid.remote() for w in self.workers], timeout=start_timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            self.close()
+            raise RuntimeError(
+                f"the cluster did not start {self.num_workers} env workers of {num_cpus:g} CPU each within "
+                f"{start_timeout_s:g} s (it has {ray.cluster_resources().get('CPU', 0):g} CPUs): use fewer workers "
+                "(more envs_per_worker) or a smaller num_cpus") from None
 
     @property
     def num_workers(self) -> int:
@@ -331,8 +346,8 @@ class RayPool(EnvPool):
     def close(self) -> None:
         for actor in self.workers:
             try:
-                self._ray.get(actor.close.remote())
-            except self._ray.exceptions.RayActorError:
+                self._ray.get(actor.close.remote(), timeout=30)
+            except (self._ray.exceptions.RayActorError, self._ray.exceptions.GetTimeoutError):
                 pass
             self._ray.kill(actor)
         self.workers = []
@@ -375,12 +390,17 @@ def init_ray(address: str | None = None, **kwargs: Any) -> None:
 
 
 def make_pool(env_id: str, env_kwargs: dict[str, Any], num_envs: int, ray: str | None = None,
-              envs_per_worker: int = 4) -> EnvPool:
+              envs_per_worker: int | None = None) -> EnvPool:
     """A :class:`LocalPool` (``ray`` None), or a :class:`RayPool` on a local Ray cluster (``ray="local"``) or
-    the cluster at ``ray`` (an address: ``"auto"``, ``"HOST:6379"``, ``"ray://HOST:10001"``)."""
+    the cluster at ``ray`` (an address: ``"auto"``, ``"HOST:6379"``, ``"ray://HOST:10001"``).
+
+    ``envs_per_worker`` None: as many workers as the cluster has CPUs (at most one per env)."""
     if ray is None:
         return LocalPool(lambda: gym.make(env_id, **env_kwargs), num_envs)
     init_ray(ray)
+    if envs_per_worker is None:
+        cpus = max(1, int(_import_ray().cluster_resources().get("CPU", 1)))
+        envs_per_worker = -(-num_envs // cpus)
     return RayPool(env_id, env_kwargs, num_envs, envs_per_worker=envs_per_worker)
 
 

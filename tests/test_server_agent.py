@@ -165,3 +165,15 @@ def test_killed_server_gives_a_clear_error(server):
 def test_no_server_at_the_address_is_a_clear_error():
     with pytest.raises(ServerUnavailable, match=r"127\.0\.0\.1:9/v1 did not answer GET /models"):
         ServerAgent("http://127.0.0.1:9/v1", "m", retries=0)
+
+
+def test_eval_and_rollout_take_a_server_url_and_a_model(server, tmp_path, capsys):
+    from mosaic_gym.cli import main
+
+    common = ["--site-size", str(SITE_SIZE), "--max-tokens", "8"]
+    assert main(["eval", "--agent", server.base_url, "--model", server.model, "--tasks", "2", "--n", "1", "--ks",
+                 "1", "--ts", "2", "--num-envs", "2", "--no-progress", "--out", str(tmp_path), *common]) == 0
+    runs = json.loads((tmp_path / "passkt.json").read_text())["samples"]
+    assert len(runs) == 2 and all(1 <= run["steps_used"] <= 2 for run in runs)  # budget T = 2
+    assert main(["rollout", "--agent", server.base_url, "--model", "nope", *common]) == 2
+    assert "does not serve model 'nope'" in capsys.readouterr().err

@@ -16,6 +16,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -87,6 +88,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     import ray
 
     started = not ray.is_initialized()
+    # Ray's memory monitor kills workers when the machine runs short, whoever holds the memory (other work on
+    # a shared machine): off for this short run.
+    os.environ.setdefault("RAY_memory_monitor_refresh_ms", "0")
     # Two CPUs for the workers whatever the machine has: the figures are for 1 and 2 workers.
     init_ray(num_cpus=2, object_store_memory=100 * 1024 * 1024,
              runtime_env={"env_vars": {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}})

@@ -124,7 +124,8 @@ def add_scale_args(p: argparse.ArgumentParser, server: bool = True) -> None:
     g.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
                    help="run the envs on Ray workers: alone, a local cluster (ray.init()); with an ADDRESS (auto, "
                         "HOST:6379, ray://HOST:10001), that cluster's")
-    g.add_argument("--envs-per-worker", type=int, default=4, help="with --ray: envs each Ray worker holds")
+    g.add_argument("--envs-per-worker", type=int, default=None,
+                   help="with --ray: envs each Ray worker holds (default: one worker per CPU of the cluster)")
     if server:
         g.add_argument("--model", default=None,
                        help="with --agent http://HOST:PORT/v1: the model name the server serves")
