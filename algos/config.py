@@ -20,7 +20,8 @@ task by task, so both must run the same episodes. So do ``num_envs``, ``micro_ba
 they change which episodes share a batch and the order of the arithmetic, so the resumed run would no longer
 equal one that never stopped.
 """
-NOT_SETTINGS = ("out", "resume")  # where the run lives and whether it continues: not what it computes
+NOT_SETTINGS = ("out", "resume", "ray")  # where the run lives, whether it continues, where its envs step (the
+# results are the same): not what it computes
 
 
 class ConfigError(ValueError):
@@ -90,6 +91,7 @@ class TrainConfig:
     seed: int = 0  # seeds everything
     out: str = "runs/train"  # run folder: config, model, checkpoint, metrics, plot
     resume: bool = False  # continue from out/checkpoint.pt
+    ray: str | None = None  # env workers on Ray: "local" (ray.init()), a cluster address, or None (in-process)
     pg: PGConfig = field(default_factory=lambda: PGConfig(lr=1e-3, micro_batch_tokens=32768))  # learner settings
 
     def __post_init__(self):

@@ -25,6 +25,8 @@ import gymnasium as gym
 import numpy as np
 from matplotlib.figure import Figure
 
+from envs.pool import EnvPool
+
 from . import logs
 from .rollout import Collector, Request, Trajectory
 
@@ -367,6 +369,7 @@ def pass_at_kt(
     num_envs: int = 8,
     progress: bool = True,
     log_to: str | Path | None = None,
+    pool: EnvPool | None = None,
 ) -> PassAtKTResult:
     """Runs ``agent`` ``n`` times on each task and measures Pass@(K,T) with the unbiased estimator.
 
@@ -396,6 +399,8 @@ def pass_at_kt(
         log_to: write every run to this trajectory log (:mod:`algos.logs`, a ``*.traj.jsonl.gz`` file) as
             it ends: its steps, actions and tool results, task index as ``group``, sample and protocol in
             ``meta``.
+        pool: where the runs' envs live (e.g. an :class:`envs.pool.RayPool` of ``num_envs`` envs); default:
+            envs made here, the first being ``env_fn_or_env``'s (which always lists the tasks).
 
     Returns:
         The :class:`PassAtKTResult`.
@@ -436,7 +441,7 @@ def pass_at_kt(
     if given:
         more = (lambda: gym.make(first.spec)) if first.spec is not None else None
     unused = [first]
-    collector = Collector(lambda: unused.pop() if unused else more(), num_envs if more is not None else 1)
+    collector = Collector(lambda: unused.pop() if unused else more(), num_envs if more is not None else 1, pool=pool)
 
     budgets = [t_axis[-1]] if protocol == "truncate" else t_axis
     keys = [(budget, i, task_id, j) for budget in budgets for i, task_id in enumerate(task_ids) for j in range(n)]

@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from agents.base import RecordingAgent
 from agents.records import AgentStep, Choice, TrainSequence, pack_session
-from envs.actions import ActionError, parse_action
+from envs.pool import EnvPool, LocalPool, StepResult, is_fork
 
 from .logs import step_record
 
@@ -82,15 +82,26 @@ def session_sequences(trajectory: Trajectory) -> dict[int, list[TrainSequence]]:
 class Collector:
     """A pool of envs that runs :class:`Request` s with one agent, batching the agent's calls.
 
+    The envs live in an :class:`envs.pool.EnvPool`: by default a :class:`envs.pool.LocalPool` of ``num_envs``
+    envs made by ``make_env`` in this process; a :class:`envs.pool.RayPool` puts them on Ray workers, with the
+    same results. The agent stays here, and is asked for every active env's action in one call.
+
     Args:
-        make_env: builds one env (called ``num_envs`` times, lazily).
-        num_envs: how many episodes run side by side.
+        make_env: builds one env (called ``num_envs`` times, lazily); unused when ``pool`` is given.
+        num_envs: how many episodes run side by side (a given pool's ``num_envs``).
+        pool: where the envs live (default: a local pool).
     """
 
-    def __init__(self, make_env: Callable[[], gym.Env], num_envs: int):
-        self.make_env = make_env
-        self.num_envs = num_envs
-        self.envs: list[gym.Env] = []
+    def __init__(self, make_env: Callable[[], gym.Env] | None, num_envs: int, pool: EnvPool | None = None):
+        if pool is None and make_env is None:
+            raise ValueError("Collector needs make_env or a pool")
+        self.pool = pool if pool is not None else LocalPool(make_env, num_envs)
+        self.num_envs = self.pool.num_envs
+
+    @property
+    def envs(self) -> list[gym.Env]:
+        """The envs held in this process (none when the pool's envs are remote)."""
+        return self.pool.envs
 
     def run(self, agent: Any, requests: Sequence[Request], record_snapshots: bool = False,
             progress: str | None = None, on_done: Callable[[int, Trajectory], None] | None = None
@@ -100,22 +111,25 @@ class Collector:
         ``on_done(r, trajectory)`` is called as the trajectory of ``requests[r]`` ends (a log writes it then,
         instead of holding every transcript until all have run).
         """
-        while len(self.envs) < min(self.num_envs, len(requests)):
-            self.envs.append(self.make_env())
         results: list[Trajectory | None] = [None] * len(requests)
         pending = list(range(len(requests)))
         bar = tqdm(total=len(requests), desc=progress, leave=False, disable=progress is None)
         slots: dict[int, dict[str, Any]] = {}
         while pending or slots:
-            for slot in range(len(self.envs)):
-                if slot not in slots and pending:
-                    r = pending.pop(0)
-                    slots[slot] = self._start(slot, r, requests[r], agent, record_snapshots)
+            free = [slot for slot in range(self.num_envs) if slot not in slots][: len(pending)]
+            if free:
+                started = [pending.pop(0) for _ in free]
+                resets = self.pool.reset(free, [requests[r].seed for r in started],
+                                         [requests[r].options for r in started], snapshots=record_snapshots)
+                for slot, r, result in zip(free, started, resets):
+                    slots[slot] = self._start(slot, r, requests[r], agent, result)
             active = sorted(slots)
             actions, agent_steps = _act(agent, [slots[s]["obs"] for s in active], [slots[s]["info"] for s in active])
-            for j, slot in enumerate(active):
+            outcomes = self.pool.step(active, actions, [record_snapshots and is_fork(a) for a in actions],
+                                      snapshots=record_snapshots)
+            for slot, action, agent_step, outcome in zip(active, actions, agent_steps, outcomes):
                 run = slots[slot]
-                if self._step(slot, run, actions[j], agent_steps[j], record_snapshots):
+                if self._step(slot, run, action, agent_step, outcome):
                     results[run["request"]] = run["trajectory"]
                     if on_done is not None:
                         on_done(run["request"], run["trajectory"])
@@ -124,46 +138,43 @@ class Collector:
         bar.close()
         return [t for t in results if t is not None]
 
-    def _start(self, slot: int, r: int, request: Request, agent: Any, record_snapshots: bool) -> dict[str, Any]:
-        env = self.envs[slot]
-        obs, info = env.reset(seed=request.seed, options=request.options)
+    def _start(self, slot: int, r: int, request: Request, agent: Any, reset: StepResult) -> dict[str, Any]:
         if hasattr(agent, "reset"):
             agent.reset(slot)
-        info = {**info, "env_index": slot, "episode_seed": request.seed}
+        info = {**reset.info, "env_index": slot, "episode_seed": request.seed}
         traj = Trajectory(group=request.group, task_id=info["task_id"], budget=info["max_steps"], reward=0.0,
                           tree={}, snapshots={"session_start": {}, "fork_before": {}, "fork_after": {}},
                           transcript=[] if request.transcript else None)
-        if record_snapshots:
-            traj.snapshots["session_start"][info["session_id"]] = env.unwrapped.snapshot()
-        return {"obs": obs, "info": info, "request": r, "trajectory": traj}
+        if reset.snapshot_after is not None:
+            traj.snapshots["session_start"][info["session_id"]] = reset.snapshot_after
+        # Each session's kind and parent, as the infos told them: how a compaction chain is walked back.
+        sessions = {info["session_id"]: (info["session_kind"], info["parent_id"])}
+        return {"obs": reset.observation, "info": info, "request": r, "trajectory": traj, "sessions": sessions}
 
     def _step(self, slot: int, run: dict[str, Any], action: str, agent_step: AgentStep | None,
-              record_snapshots: bool) -> bool:
-        env = self.envs[slot]
+              outcome: StepResult) -> bool:
         traj: Trajectory = run["trajectory"]
         acting = run["info"]["session_id"]
         if agent_step is not None:
             traj.steps.setdefault(acting, []).append(agent_step)
-        before = None
-        if record_snapshots and _is_fork(action):
-            before = env.unwrapped.snapshot()
-        obs, reward, terminated, truncated, info = env.step(action)
-        info = {**info, "env_index": slot, "episode_seed": run["info"]["episode_seed"]}
+        info = {**outcome.info, "env_index": slot, "episode_seed": run["info"]["episode_seed"]}
         traj.sessions_by_step.append(info["num_sessions"])
         if traj.transcript is not None:
             traj.transcript.append(step_record(action, info))
         now = info["session_id"]
-        if record_snapshots and not (terminated or truncated):
-            if now != acting and info["session_kind"] == "fork" and info["parent_id"] == acting and before:
+        run["sessions"].setdefault(now, (info["session_kind"], info["parent_id"]))
+        if outcome.snapshot_after is not None:  # a session boundary, the episode going on
+            before = outcome.snapshot_before
+            if info["session_kind"] == "fork" and info["parent_id"] == acting and before is not None:
                 traj.snapshots["fork_before"][now] = before
-            if now != acting and now not in traj.snapshots["session_start"]:
-                traj.snapshots["session_start"][now] = env.unwrapped.snapshot()
+            if now not in traj.snapshots["session_start"]:
+                traj.snapshots["session_start"][now] = outcome.snapshot_after
             if info["depth"] < run["info"]["depth"]:
                 # a child finished and its parent resumed with the result
-                traj.snapshots["fork_after"][_chain_head(env, acting)] = env.unwrapped.snapshot()
-        run["obs"], run["info"] = obs, info
-        if terminated or truncated:
-            traj.reward = float(reward)
+                traj.snapshots["fork_after"][_chain_head(run["sessions"], acting)] = outcome.snapshot_after
+        run["obs"], run["info"] = outcome.observation, info
+        if outcome.terminated or outcome.truncated:
+            traj.reward = outcome.reward
             traj.tree = info["trajectory"]
             return True
         return False
@@ -177,16 +188,8 @@ def _act(agent: Any, observations: list[str], infos: list[dict[str, Any]]
     return agent.act_batch(observations, infos), [None] * len(observations)
 
 
-def _is_fork(action: str) -> bool:
-    try:
-        return parse_action(action).name == "fork"
-    except ActionError:
-        return False
-
-
-def _chain_head(env: gym.Env, sid: int) -> int:
+def _chain_head(sessions: dict[int, tuple[str, int]], sid: int) -> int:
     """The fork session a compaction chain began with (a finishing child may have compacted on the way)."""
-    sessions = env.unwrapped.session_tree()
-    while sessions[sid]["kind"] == "compact":
-        sid = sessions[sid]["parent"]
+    while sessions[sid][0] == "compact":
+        sid = sessions[sid][1]
     return sid

@@ -35,6 +35,7 @@ import envs  # noqa: F401  (registers the environments)
 from agents import OracleAgent
 from agents.llm import LLMAgent
 from agents.models import load_model, load_tokenizer
+from envs.pool import EnvPool, make_pool
 from envs.prompts import EXAMPLE_EXCHANGE
 
 from . import credit, logs
@@ -70,8 +71,8 @@ def train(config: TrainConfig, log: Any = print, reporters: Sequence[Any] = ()) 
     adapters = add_lora(model, config.lora_rank, seed=config.seed) if config.lora_rank else None
     agent = make_agent(config, model, tokenizer)
     learner = PolicyGradient(model, config.pg)
-    collector = Collector(make_env, config.num_envs)
-    eval_collector = Collector(lambda: make_env("test"), config.num_envs)
+    collector = Collector(make_env, config.num_envs, pool=_ray_pool(config, "train"))
+    eval_collector = Collector(lambda: make_env("test"), config.num_envs, pool=_ray_pool(config, "test"))
     sampler = budget_sampler(config)
     rng = np.random.default_rng(config.seed)
 
@@ -96,6 +97,13 @@ def train(config: TrainConfig, log: Any = print, reporters: Sequence[Any] = ()) 
         _warm_start(parts, model)
     _rl_loop(parts, sampler, rng)
     return _finish(parts, model, tokenizer, adapters)
+
+
+def _ray_pool(config: TrainConfig, split: str) -> EnvPool | None:
+    """With ``config.ray``, the split's envs on Ray workers (the same results as local envs); else None."""
+    if config.ray is None:
+        return None
+    return make_pool(config.env_id, {**config.env_kwargs, "split": split}, config.num_envs, ray=config.ray)
 
 
 @dataclasses.dataclass

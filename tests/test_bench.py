@@ -14,7 +14,7 @@ import pytest
 from mosaic_gym.bench import bench_env
 from mosaic_gym.cli import main
 
-BENCHMARKS = {"site", "env", "playwright", "rollout", "trainer", "iteration"}
+BENCHMARKS = {"site", "env", "playwright", "rollout", "trainer", "iteration", "scale", "server"}
 ROW_KEYS = {"bench", "name", "value", "unit", "baseline", "baseline_value", "baseline_unit", "ratio"}
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -48,6 +48,11 @@ def test_bench_reports_every_benchmark_beside_its_baseline(tmp_path, capsys):
     memory = iteration["memory"]
     assert memory["peak_rss_mb"] > memory["bare_peak_rss_mb"] > 0
 
+    scale = result["benchmarks"]["scale"]  # every pool ran the local pool's episodes
+    assert all(scale[b][f"ray_{w}_workers"]["same_trajectories"] for b in ("playwright", "text") for w in (1, 2))
+    server = result["benchmarks"]["server"]
+    assert all(runs[f"in_flight_{n}"]["steps"] > 0 for runs in server["modes"].values() for n in (1, 8))
+
     assert (tmp_path / "env_scaling.png").read_bytes()[:8] == PNG_MAGIC
     printed = capsys.readouterr().out
     assert "| benchmark | figure | value | bare baseline | baseline value | ratio |" in printed
@@ -64,4 +69,4 @@ def test_settings_are_one_flag_and_a_benchmark_refuses_unknown_ones(capsys):
 
 def test_unknown_benchmark_is_refused_naming_the_choices(capsys):
     assert main(["bench", "--only", "env,gpu"]) == 2
-    assert "unknown benchmark gpu: choose among site, env, playwright, rollout, trainer, iteration" in capsys.readouterr().err
+    assert "unknown benchmark gpu: choose among site, env, playwright, rollout, trainer, iteration, scale, server" in capsys.readouterr().err

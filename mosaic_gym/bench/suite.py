@@ -29,10 +29,10 @@ from typing import Any, Sequence
 from mosaic_gym.bench.common import machine, settings_argv
 
 # In the order they run: each is the module bench/bench_<name>.py (``mosaic bench --help`` says what each measures).
-BENCHMARKS = ("site", "env", "playwright", "rollout", "trainer", "iteration")
+BENCHMARKS = ("site", "env", "playwright", "rollout", "trainer", "iteration", "scale", "server")
 TORCH_BENCHMARKS = ("rollout", "trainer", "iteration")
 PACKAGES = ("gymnasium", "numpy", "lxml", "bm25s", "playwright", "torch", "transformers", "tokenizers",
-            "matplotlib")
+            "matplotlib", "ray")
 
 
 def select(only: Sequence[str] | None) -> list[str]:

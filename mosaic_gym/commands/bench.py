@@ -25,6 +25,10 @@ against site size and per-step cost against context length.
   trainer     PolicyGradient.update tokens/s beside a bare forward + backward on the same tokens
   iteration   an RL iteration, phase by phase: broadcast, Mosaic (rollout), Mosaic (likelihood); peak RSS
               of a short mosaic train run beside a bare process building the same model
+  scale       Ray env pool steps/s with 1 and 2 workers beside the local pool (Playwright, text), and Ray's
+              overhead per step (needs the ray extra)
+  server      ServerAgent against a real transformers serve: env steps/s with 8 requests in flight beside 1
+              (needs the serving extra)
 
 Each also runs alone, with more options: python -m mosaic_gym.bench.bench_<name> --help
 """

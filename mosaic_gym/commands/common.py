@@ -118,6 +118,26 @@ def hops(text: str) -> str:
     return text
 
 
+def add_scale_args(p: argparse.ArgumentParser, server: bool = True) -> None:
+    """``--ray [ADDRESS]`` (env workers on Ray) and, with ``server``, ``--model`` for an ``--agent`` URL."""
+    g = p.add_argument_group("scale")
+    g.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                   help="run the envs on Ray workers: alone, a local cluster (ray.init()); with an ADDRESS (auto, "
+                        "HOST:6379, ray://HOST:10001), that cluster's")
+    g.add_argument("--envs-per-worker", type=int, default=None,
+                   help="with --ray: envs each Ray worker holds (default: one worker per CPU of the cluster)")
+    if server:
+        g.add_argument("--model", default=None,
+                       help="with --agent http://HOST:PORT/v1: the model name the server serves")
+
+
+def make_pool(args: argparse.Namespace, num_envs: int, **extra: Any):
+    """The env pool the arguments ask for: local, or on Ray with ``--ray``."""
+    from envs.pool import make_pool as pool_of
+
+    return pool_of(args.env, env_kwargs(args, **extra), num_envs, ray=args.ray, envs_per_worker=args.envs_per_worker)
+
+
 AGENTS = ("oracle", "random")
 #: Sampling defaults of ``mosaic rollout`` / ``mosaic eval`` with a model: 0.7 keeps a pretrained model's calls
 #: well formed while Pass@K still sees different samples; a call is short, and generation stops at its end.
@@ -151,6 +171,13 @@ def build_agent(args: argparse.Namespace, env: gym.Env):
         return OracleAgent(env, compact_at=args.compact_at, fork=args.fork, error_rate=args.error_rate, seed=args.seed)
     if name == "random":
         return RandomAgent(seed=args.seed)
+    from agents.server import ServerAgent, is_server_url
+
+    if is_server_url(name):
+        if not args.model:
+            raise ValueError(f"--agent {name} is a server: name the model it serves with --model NAME")
+        return ServerAgent(name, args.model, temperature=args.temperature, max_tokens=args.max_new_tokens,
+                           seed=args.seed)
     from agents.llm import LLMAgent
     from agents.models import PRESETS, did_you_mean, load_model
 

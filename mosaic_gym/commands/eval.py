@@ -9,7 +9,8 @@ from typing import Any
 
 from algos.evaluate import PROTOCOLS, pass_at_kt
 from algos.logs import SUFFIX
-from .common import HelpFormatter, add_agent_args, add_env_args, build_agent, int_list, make_env
+from .common import (HelpFormatter, add_agent_args, add_env_args, add_scale_args, build_agent, int_list, make_env,
+                     make_pool)
 
 DESCRIPTION = """\
 Run an agent n times on each task and measure Pass@(K,T): the chance that at least one of K samples
@@ -24,6 +25,7 @@ EXAMPLES = """examples:
   mosaic eval --agent oracle --error-rate 0.3 --site-size 150 --ks 1,2,4 --ts 8,16,32,64 --n 8 --out eval-oracle
   mosaic eval --agent random --candidates --ks 1,4 --ts 4,8,16 --n 4 --tasks 20 --out eval-random
   mosaic eval --agent runs/mosaic/final --mode choose --protocol rerun --temperature 0.7 --out eval-trained
+  mosaic eval --agent http://127.0.0.1:8000/v1 --model Qwen/Qwen3-4B --ray --num-envs 64 --out eval-served
 
 The tables go to OUT/passkt.csv (K rows, T columns), OUT/passkt.md (with the mean sessions and steps used
 under each T), OUT/passkt.json (every run, and these arguments) and OUT/passkt.png (the heatmap); every run's
@@ -42,7 +44,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_env_args(p)
     g = p.add_argument_group("agent")
     g.add_argument("--agent", default="oracle",
-                   help="oracle | random | a model (tiny-1m, smollm2, a folder or checkpoint)")
+                   help="oracle | random | a model (tiny-1m, smollm2, a folder or checkpoint) | an inference "
+                        "server's URL (http://HOST:PORT/v1, with --model)")
     add_agent_args(g)
     g.add_argument("--candidates", action="store_true",
                    help="offer info['candidates'] (the random agent then picks among them)")
@@ -61,6 +64,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     e.add_argument("--no-log", action="store_true", help="do not log the trajectories (see them with mosaic view DIR)")
     e.add_argument("--no-progress", action="store_true",
                    help="hide progress bars (the evaluation's, the model loader's, indexing a corpus)")
+    add_scale_args(p)
     p.set_defaults(run=run)
 
 
@@ -92,17 +96,23 @@ def run(args: argparse.Namespace) -> int:
     except (TypeError, ValueError) as err:  # a bad env kwarg or value, explained by the env
         print(f"mosaic eval: {err}", file=sys.stderr)
         return 2
+    pool = None
     try:
         agent = build_agent(args, env)
         task_ids = spread([task.id for task in env.unwrapped.tasks], args.tasks)
+        if args.ray:
+            pool = make_pool(args, args.num_envs, **({"candidates": True} if args.candidates or args.mode == "choose"
+                                                      else {}))
         result = pass_at_kt(agent, env, ks=args.ks, ts=args.ts, n=args.n, tasks=task_ids, protocol=args.protocol,
-                            seed=args.seed, num_envs=args.num_envs, progress=not args.no_progress,
+                            seed=args.seed, num_envs=args.num_envs, progress=not args.no_progress, pool=pool,
                             log_to=None if args.no_log else os.path.join(args.out, "eval" + SUFFIX))
-    except ValueError as err:
+    except (ValueError, RuntimeError) as err:  # RuntimeError: an inference server that stopped answering
         print(f"mosaic eval: {err}", file=sys.stderr)
         return 2
     finally:
         env.close()
+        if pool is not None:
+            pool.close()
     settings = {key: value for key, value in vars(args).items() if key != "run"}
     paths = result.save(args.out, metadata={"args": settings})
     print(result.markdown())

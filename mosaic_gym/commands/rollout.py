@@ -6,7 +6,9 @@ import argparse
 import json
 import sys
 
-from .common import HelpFormatter, add_agent_args, add_env_args, build_agent, make_env
+from envs.pool import PoolEnv
+
+from .common import HelpFormatter, add_agent_args, add_env_args, add_scale_args, build_agent, make_env, make_pool
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -17,13 +19,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=HelpFormatter,
     )
     add_env_args(p)
-    p.add_argument("--agent", default="oracle", help="oracle | random | a model (tiny-1m, smollm2, a folder)")
+    p.add_argument("--agent", default="oracle",
+                   help="oracle | random | a model (tiny-1m, smollm2, a folder) | a server URL (with --model)")
     add_agent_args(p)
     p.add_argument("--episodes", type=int, default=1, help="how many episodes")
     p.add_argument("--seed", type=int, default=0, help="seed of the first episode (then seed+1, ...)")
     p.add_argument("--full", action="store_true", help="print whole observations, not their last lines")
     p.add_argument("--out", metavar="DIR", default=None,
                    help="also log every trajectory to DIR/rollout.traj.jsonl.gz (see it with mosaic view DIR)")
+    add_scale_args(p)
     p.set_defaults(run=run)
 
 
@@ -35,16 +39,18 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         agent = build_agent(args, env)
-    except ValueError as err:  # an agent name that names nothing, or a model that cannot load
+    except (ValueError, RuntimeError) as err:  # an agent name that names nothing, a model that cannot load, a server
+        # that does not answer or serves another model
         env.close()
         print(f"mosaic rollout: {err}", file=sys.stderr)
         return 2
     from algos import logs
 
     log = logs.TrajectoryLog(f"{args.out}/rollout{logs.SUFFIX}") if args.out else None
+    stepper = PoolEnv(make_pool(args, 1, **({"candidates": True} if args.mode == "choose" else {}))) if args.ray else env  # with --ray the env steps on a Ray worker
     wins = 0
     for episode in range(args.episodes):
-        obs, info = env.reset(seed=args.seed + episode)
+        obs, info = stepper.reset(seed=args.seed + episode)
         agent.reset()
         question, steps = info["session_task"], []
         print(f"=== episode {episode}: task {info['task_id']} (budget {info['max_steps']} steps)")
@@ -53,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         while not done:
             action = agent.act(obs, info)
             acting = info["session_id"]
-            obs, reward, terminated, truncated, info = env.step(action)
+            obs, reward, terminated, truncated, info = stepper.step(action)
             done = terminated or truncated
             steps.append(logs.step_record(action, info))
             shown = info["messages"][-1]["content"] if info["messages"] else ""
@@ -79,4 +85,6 @@ def run(args: argparse.Namespace) -> int:
     if log is not None:
         log.close()
         print(f"logged {log.count} trajectories to {log.path} (mosaic view {args.out})")
+    if stepper is not env:
+        stepper.close()
     return 0
