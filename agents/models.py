@@ -223,7 +223,8 @@ def plain_copy(model: PreTrainedModel) -> PreTrainedModel:
 
     The weights of a GGUF load are already de-quantized to the asked dtype, but the model still carries the GGUF
     quantizer, and ``save_pretrained`` refuses it ("quantized with gguf and is not serializable"), so a training
-    run could not save its model. The copy holds the same weight tensors and saves and loads back as an ordinary ``save_pretrained`` folder.
+    run could not save its model. The copy holds the same weight tensors and saves and loads back as an ordinary
+    ``save_pretrained`` folder.
     """
     config = model.config
     if getattr(config, "quantization_config", None) is not None:

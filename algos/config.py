@@ -100,28 +100,27 @@ class TrainConfig:
         if self.estimator not in ("rollout", "likelihood"):
             raise ValueError(f"estimator={self.estimator!r}: use 'rollout' or 'likelihood'")
         self.bc_styles = check_styles(self.bc_styles)
-        if not isinstance(self.log_groups, int) or isinstance(self.log_groups, bool) or self.log_groups < 0:
-            raise ValueError(f"log_groups={self.log_groups!r}: give how many groups per iteration to log (0: none)")
+        _check_count("log_groups", self.log_groups, 0, "give how many groups per iteration to log (0: none)")
         if self.eval_budgets is not None:
             if not (isinstance(self.eval_budgets, (list, tuple)) and self.eval_budgets
                     and all(isinstance(t, int) and not isinstance(t, bool) and t >= 1 for t in self.eval_budgets)):
                 raise ValueError(f"eval_budgets={self.eval_budgets!r}: give a list of step budgets >= 1, e.g. [4, 8, 16]")
             self.eval_budgets = sorted(set(self.eval_budgets))
-        if not isinstance(self.continuations, int) or isinstance(self.continuations, bool) or self.continuations < 1:
-            # Checked whatever the estimator: a resumed or edited run may switch to "rollout" later.
-            raise ValueError(f"continuations={self.continuations!r}: the rollout estimator needs at least 1 "
-                             "continuation per session boundary; use continuations=1 or more (default 2)")
-        _check_count("max_new_tokens", self.max_new_tokens, least=1)
-        _check_count("lora_rank", self.lora_rank, least=0)
+        # Checked whatever the estimator: a resumed or edited run may switch to "rollout" later.
+        _check_count("continuations", self.continuations, 1, "the rollout estimator needs at least 1 continuation "
+                     "per session boundary; use continuations=1 or more (default 2)")
+        _check_count("max_new_tokens", self.max_new_tokens, 1, "give an integer >= 1")
+        _check_count("lora_rank", self.lora_rank, 0, "give an integer >= 0")
         if isinstance(self.pg, dict):
             self.pg = PGConfig(**self.pg)
         # A copy: a PGConfig shared by two TrainConfigs (or kept by dataclasses.replace) keeps its own advantage.
         self.pg = dataclasses.replace(self.pg, advantage=self.algo)
 
 
-def _check_count(name: str, value: Any, least: int) -> None:
+def _check_count(name: str, value: Any, least: int, hint: str) -> None:
+    """A ValueError ``name=value: hint`` unless ``value`` is an int (not a bool) of at least ``least``."""
     if not isinstance(value, int) or isinstance(value, bool) or value < least:
-        raise ValueError(f"{name}={value!r}: give an integer >= {least}")
+        raise ValueError(f"{name}={value!r}: {hint}")
 
 
 STYLE_KNOBS = {"compact_at": (float, type(None)), "fork": (bool,), "error_rate": (float,)}

@@ -471,7 +471,8 @@ def _report(summary: dict[str, Any]) -> str:
                                                     ("after warm start", "success_warm_start"),
                                                     ("after RL", "success_final")) if key in summary]
     return "\n".join(
-        [f"held-out results ({summary.get('algo')}, {summary.get('iterations')} RL iterations, run {summary.get('run')}):"]
+        [f"held-out results ({summary.get('algo')}, {summary.get('iterations')} RL iterations, "
+         f"run {summary.get('run')}):"]
         + [f"  {name:<18} {r['success']:.3f} success, {r['sessions']:.2f} sessions per trajectory, "
            f"{r['steps']:.1f} steps, {_share(r['metrics'].get('parse_rate'))} of steps a valid call "
            f"({r['episodes']} episodes)" for name, r in rows]

@@ -300,8 +300,7 @@ class WebQAEnv(gym.Env[str, str]):
         called = False  # whether the action held a readable tool call (the study's parse rate)
         try:
             if session.must_compact and text is not None:
-                parsed, error = self._forced_compaction(text)
-                called = error is None or _parses(text)
+                parsed, error, called = self._forced_compaction(text)
             else:
                 parsed = parse_action(action)
                 called = True
@@ -534,18 +533,19 @@ class WebQAEnv(gym.Env[str, str]):
         state.answered_forks.append(session.fork_task or "")
         self._tool_result(parent, f"[Subagent result for {session.fork_task!r}]\n{result}", mentions_of=result)
 
-    def _forced_compaction(self, text: str) -> tuple[Action, str | None]:
+    def _forced_compaction(self, text: str) -> tuple[Action, str | None, bool]:
         """The reply to a full context is its summary: a compact() call's argument, or the reply itself (then
-        reported as an action error, since the agent was asked for compact(summary))."""
+        reported as an action error, since the agent was asked for compact(summary)); and whether the reply held
+        a readable call at all."""
         try:
             action = parse_action(text)
-            if action.name == "compact":
-                return action, None
         except ActionError:
-            pass
+            action = None
+        if action is not None and action.name == "compact":
+            return action, None, True
         # Cut where the parser stops reading: a longer reply still becomes a summary, in time linear in the cap.
         return (Action("compact", strip_think(text[:MAX_ACTION_CHARS]).strip()),
-                REPLY_BECAME_SUMMARY)
+                REPLY_BECAME_SUMMARY, action is not None)
 
     def _cap_handoff(self, text: str) -> str:
         """A summary or result longer than half a window is cut, so the next session can start."""
@@ -704,14 +704,6 @@ class WebQAEnv(gym.Env[str, str]):
         # Link numbers mean nothing in the next session: notes keep the words only.
         return tuple(_LINK_MARK.sub("", line).strip() for line in text.splitlines()
                      if len(line) <= MAX_NOTE_LINE_CHARS and any(v in line for v in values))
-
-
-def _parses(text: str) -> bool:
-    try:
-        parse_action(text)
-    except ActionError:
-        return False
-    return True
 
 
 def _check_budget(spec: Any) -> int | tuple[int, int] | list[int]:

@@ -37,9 +37,7 @@ def chat_model_folder(tmp_path_factory) -> Path:
     from agents.models import default_texts
 
     texts = default_texts(episodes=8, env=env) + [m["content"] for m in EXAMPLE_EXCHANGE]
-    _, tokenizer = make_tiny(folder, texts, size="1m", seed=0)
-    tokenizer.chat_template = CHATML
-    tokenizer.save_pretrained(folder)
+    make_tiny(folder, texts, size="1m", seed=0, chat_template=CHATML)
     return folder
 
 

@@ -138,6 +138,29 @@ def make_pool(args: argparse.Namespace, num_envs: int, **extra: Any):
     return pool_of(args.env, env_kwargs(args, **extra), num_envs, ray=args.ray, envs_per_worker=args.envs_per_worker)
 
 
+def at_least(least: int, hint: str):
+    """An argparse type: an integer of at least ``least``, refused here with ``hint`` (a one-line usage error,
+    not a traceback from the settings' own check or a NaN deep in the credit).
+
+    Example:
+        >>> at_least(1, "give 1 or more")("4")
+        4
+        >>> at_least(0, "give 0 or more")("-1")
+        Traceback (most recent call last):
+        argparse.ArgumentTypeError: '-1': give 0 or more
+    """
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = least - 1
+        if value < least:
+            raise argparse.ArgumentTypeError(f"{text!r}: {hint}")
+        return value
+
+    return parse
+
+
 AGENTS = ("oracle", "random")
 #: Sampling defaults of ``mosaic rollout`` / ``mosaic eval`` with a model: 0.7 keeps a pretrained model's calls
 #: well formed while Pass@K still sees different samples; a call is short, and generation stops at its end.
@@ -155,7 +178,8 @@ def add_agent_args(group) -> None:
                        help="LLM: generate actions, or choose among the env's candidates (turns on --candidates)")
     group.add_argument("--temperature", type=float, default=MODEL_TEMPERATURE,
                        help="LLM: sampling temperature (0: greedy)")
-    group.add_argument("--max-new-tokens", type=int, default=MODEL_MAX_NEW_TOKENS,
+    group.add_argument("--max-new-tokens", type=at_least(1, "give --max-new-tokens 1 or more"),
+                       default=MODEL_MAX_NEW_TOKENS,
                        help="LLM, generate mode: a step stops at its first complete call, or after this many tokens")
     group.add_argument("--examples", default="auto", choices=["auto", "on", "off"],
                        help="LLM: show a worked exchange before each session (auto: for models with a chat "
@@ -189,8 +213,6 @@ def build_agent(args: argparse.Namespace, env: gym.Env):
     from envs.prompts import EXAMPLE_EXCHANGE
 
     model, tokenizer = load_model(name)  # a missing folder or an unreachable hub: a ModelSpecError (ValueError)
-    if args.max_new_tokens < 1:
-        raise ValueError(f"--max-new-tokens {args.max_new_tokens}: give 1 or more")
     chat = bool(getattr(tokenizer, "chat_template", None))
     examples = args.examples == "on" or (args.examples == "auto" and chat and args.mode == "generate")
     return LLMAgent(model, tokenizer, mode=args.mode, temperature=args.temperature, seed=args.seed,

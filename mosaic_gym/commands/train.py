@@ -14,7 +14,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from .common import HelpFormatter, budgets, device, fraction, hops, parse_hops
+from .common import HelpFormatter, at_least, budgets, device, fraction, hops, parse_hops
 
 # The settings (dotted TrainConfig fields) each flag sets: what --resume checks a flag given explicitly against.
 SETS = {
@@ -78,11 +78,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--mode", default=d.mode, choices=["choose", "generate"],
                    help="choose: score the env's candidate actions; generate: free text (pretrained models)")
     p.add_argument("--temperature", type=float, default=d.temperature, help="sampling temperature during RL")
-    p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens,
+    p.add_argument("--max-new-tokens", type=at_least(1, "give --max-new-tokens 1 or more"), default=d.max_new_tokens,
                    help="generate mode: a step's tokens stop at its first complete call, or here")
     p.add_argument("--prompt-examples", nargs=0, const=True, default=d.prompt_examples,
                    help="show the model a worked exchange before each session (pretrained instruct models)")
-    p.add_argument("--lora-rank", type=int, default=d.lora_rank,
+    p.add_argument("--lora-rank", type=at_least(0, "give --lora-rank 0 (train every weight) or more"),
+                   default=d.lora_rank,
                    help="train LoRA adapters of this rank (needs peft) instead of every weight (0: full)")
     p.add_argument("--group-size", type=int, default=d.group_size, help="trajectories per task (G)")
     p.add_argument("--tasks-per-iter", type=int, default=d.tasks_per_iter, help="groups per RL iteration")
@@ -130,37 +131,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run, given=())
 
 
-def _continuations(text: str) -> int:
-    """``--continuations``: a positive integer, refused here rather than as a NaN value deep in the credit.
-
-    Example:
-        >>> _continuations("4")
-        4
-    """
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: the rollout estimator needs at least 1 continuation per "
-                                         "session boundary; give --continuations 1 or more (default 2)")
-    return value
-
-
-def _log_groups(text: str) -> int:
-    """``--log-groups``: how many groups per iteration to log, 0 or more.
-
-    Example:
-        >>> _log_groups("2")
-        2
-    """
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: give how many groups per iteration to log, 0 (none) or more")
-    return value
+_continuations = at_least(1, "the rollout estimator needs at least 1 continuation per session boundary; give "
+                              "--continuations 1 or more (default 2)")
+_log_groups = at_least(0, "give how many groups per iteration to log, 0 (none) or more")
 
 
 def config_from_args(args: argparse.Namespace):
