@@ -20,8 +20,13 @@ task by task, so both must run the same episodes. So do ``num_envs``, ``micro_ba
 they change which episodes share a batch and the order of the arithmetic, so the resumed run would no longer
 equal one that never stopped.
 """
-NOT_SETTINGS = ("out", "resume", "ray")  # where the run lives, whether it continues, where its envs step (the
-# results are the same): not what it computes
+NOT_SETTINGS = ("out", "resume", "ray", "warm_start_from")  # where the run lives, whether it continues, where its
+# envs step and where its warm start was computed (the results are the same): not what it computes
+WARM_START_FREE = ("algo", "pg.advantage", "pg.lambda_use", "pg.beta", "pg.adv_clip", "pg.normalize_std", "estimator", "continuations",
+                   "budgets", "iterations", "tasks_per_iter", "group_size", "log_groups")
+"""The settings a run may change from the run whose warm start it takes (``warm_start_from``): nothing before the
+first RL iteration reads them, so arms that differ only in these start RL from one warm start, computed once.
+(The learning rate is not among them: it lives in the optimiser state the warm start's checkpoint carries.)"""
 
 
 class ConfigError(ValueError):
@@ -92,6 +97,8 @@ class TrainConfig:
     out: str = "runs/train"  # run folder: config, model, checkpoint, metrics, plot
     resume: bool = False  # continue from out/checkpoint.pt
     ray: str | None = None  # env workers on Ray: "local" (ray.init()), a cluster address, or None (in-process)
+    warm_start_from: str | None = None  # a finished warm-start-only run (iterations=0) whose warm start this run
+    # continues from, exactly as if it had computed it (settings but WARM_START_FREE must match); None: its own
     pg: PGConfig = field(default_factory=lambda: PGConfig(lr=1e-3, micro_batch_tokens=32768))  # learner settings
 
     def __post_init__(self):
@@ -205,8 +212,10 @@ def setting(config: TrainConfig, name: str) -> Any:
     return value
 
 
-def changed_settings(saved: TrainConfig, config: TrainConfig) -> list[tuple[str, Any, Any]]:
-    """``(name, saved value, new value)`` of every setting that ``config`` changes and a resume may not."""
+def changed_settings(saved: TrainConfig, config: TrainConfig, free: tuple[str, ...] = RESUMABLE
+                     ) -> list[tuple[str, Any, Any]]:
+    """``(name, saved value, new value)`` of every setting that ``config`` changes and may not (``free``: those
+    that may change; by default what a resume may change)."""
     def flat(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         out: dict[str, Any] = {}
         for k, v in data.items():
@@ -215,4 +224,4 @@ def changed_settings(saved: TrainConfig, config: TrainConfig) -> list[tuple[str,
 
     before, after = flat(config_to_json(saved)), flat(config_to_json(config))
     return [(k, before.get(k), after.get(k)) for k in sorted(set(before) | set(after))
-            if k not in RESUMABLE and before.get(k) != after.get(k)]
+            if k not in free and before.get(k) != after.get(k)]

@@ -11,7 +11,9 @@ arm's own settings, run with several seeds. Every (arm, seed) is one ``mosaic tr
 - the summary (:func:`summarize`) is rebuilt from whatever runs have finished.
 
 Seed ``k`` of every arm of a preset starts from the same warm start (the same demonstrations, the same
-cloned model: nothing before RL depends on the arm), so arms are compared *paired*: per seed, the mean over
+cloned model: nothing before RL depends on the arm), computed once in ``OUT/<preset>/warm-start/seed<k>`` and
+taken by each arm's run (``TrainConfig.warm_start_from``: bit for bit the run that computed its own). So arms
+are compared *paired*: per seed, the mean over
 test tasks of the difference between the arms' held-out success (both evaluated on the same tasks with the
 same reset seeds). Results are the mean over seeds with a 95% t-interval over seeds.
 
@@ -35,7 +37,8 @@ import numpy as np
 
 from .config import PGConfig, TrainConfig
 
-__all__ = ["CLAIMS", "PRESETS", "Arm", "Claim", "interval", "run_claim", "run_configs", "summarize"]
+__all__ = ["CLAIMS", "PRESETS", "Arm", "Claim", "interval", "run_claim", "run_configs", "summarize",
+           "warm_start_configs"]
 
 # The oracle styles of the varied warm start: compact early, late or only when asked; a nonzero error rate so
 # that the demonstrations hold recoveries (the policy clones them).
@@ -111,31 +114,53 @@ CLAIMS: dict[str, Claim] = {
 }
 
 
-def run_configs(claim: str, out: str | Path, seeds: int = 3, quick: bool = False,
-                iterations: int | None = None, log_groups: int | None = None) -> list[tuple[Arm, int, TrainConfig]]:
-    """The (arm, seed, settings) of every run of ``claim``, each in its own folder under ``out``; every run
-    logs ``log_groups`` groups per iteration to its ``trajectories/`` (None: :class:`TrainConfig`'s default)."""
+def _settings(claim: str, quick: bool) -> tuple[Claim, dict[str, Any]]:
+    """The claim and the settings its runs share (the preset at the study's size)."""
     if claim not in CLAIMS:
         raise ValueError(f"claim={claim!r} is unknown: use one of {sorted(CLAIMS)}")
-    if seeds < 1:
-        raise ValueError(f"seeds must be at least 1, got {seeds}")
     spec = CLAIMS[claim]
     preset = copy.deepcopy(PRESETS[spec.preset])
-    size = QUICK if quick else FULL
     if quick:
         preset["env_kwargs"].update(QUICK_ENV[spec.preset])
         preset["eval_budgets"] = [4] if "eval_budgets" in preset else None
+    return spec, {**preset, **(QUICK if quick else FULL)}
+
+
+def _config(settings: dict[str, Any], seed: int, folder: Path, **changes: Any) -> TrainConfig:
+    return TrainConfig(**{**settings, **changes}, seed=seed, out=str(folder),
+                       pg=PGConfig(lr=1e-3, micro_batch_tokens=32768))
+
+
+def warm_start_configs(claim: str, out: str | Path, seeds: int = 3, quick: bool = False) -> list[TrainConfig]:
+    """Seed k's warm start, computed once for every arm of the claim's preset: a run with ``iterations=0`` in
+    ``OUT/<preset>/warm-start/seed<k>`` (the arms' runs start RL from its checkpoint, ``warm_start_from``)."""
+    spec, settings = _settings(claim, quick)
+    return [_config(settings, seed, Path(out) / spec.preset / WARM_START / f"seed{seed}", iterations=0)
+            for seed in range(seeds)]
+
+
+WARM_START = "warm-start"  # the folder of a preset's shared warm starts, beside its arms'
+
+
+def run_configs(claim: str, out: str | Path, seeds: int = 3, quick: bool = False,
+                iterations: int | None = None, log_groups: int | None = None) -> list[tuple[Arm, int, TrainConfig]]:
+    """The (arm, seed, settings) of every run of ``claim``, each in its own folder under ``out``, starting RL from
+    seed k's shared warm start (:func:`warm_start_configs`); every run logs ``log_groups`` groups per iteration
+    to its ``trajectories/`` (None: :class:`TrainConfig`'s default)."""
+    if seeds < 1:
+        raise ValueError(f"seeds must be at least 1, got {seeds}")
+    spec, settings = _settings(claim, quick)
+    warm = warm_start_configs(claim, out, seeds, quick)
     runs = []
     for arm in spec.arms:
         for seed in range(seeds):
-            settings = {**preset, **size, **arm.settings}
+            changes = dict(arm.settings)
             if iterations is not None:
-                settings["iterations"] = iterations
+                changes["iterations"] = iterations
             if log_groups is not None:
-                settings["log_groups"] = log_groups
+                changes["log_groups"] = log_groups
             folder = Path(out) / spec.preset / arm.name / f"seed{seed}"
-            runs.append((arm, seed, TrainConfig(**settings, seed=seed, out=str(folder),
-                                                pg=PGConfig(lr=1e-3, micro_batch_tokens=32768))))
+            runs.append((arm, seed, _config(settings, seed, folder, **changes, warm_start_from=warm[seed].out)))
     return runs
 
 
@@ -143,35 +168,53 @@ def run_claim(claim: str, out: str | Path, seeds: int = 3, quick: bool = False, 
               jobs: int = 1, log: Any = print, log_groups: int | None = None) -> dict[str, Any]:
     """Run (or resume) every run of ``claim`` that has not finished, ``jobs`` at a time, then :func:`summarize`.
 
-    A run has finished when its ``summary.json`` records the iterations asked; any other run is resumed from
+    Each seed's warm start runs first, once for all arms; then the arms' runs of that seed, which start RL from
+    it. A run has finished when its ``summary.json`` records the iterations asked; any other run is resumed from
     its checkpoint (or started). With ``jobs > 1`` each run trains in its own process (torch threads split
     between them); the results are the same as run one after another (each run is deterministic alone).
     """
-    todo = []
-    for arm, seed, config in run_configs(claim, out, seeds, quick, iterations, log_groups):
+    todo: list[tuple[TrainConfig, str | None]] = []  # (run, the warm start it needs first)
+    runs = [("warm start", seed, c) for seed, c in enumerate(warm_start_configs(claim, out, seeds, quick))]
+    runs += [(arm.name, seed, c) for arm, seed, c in run_configs(claim, out, seeds, quick, iterations, log_groups)]
+    for name, seed, config in runs:
         folder = Path(config.out)
         done = _finished(folder)
         if done is not None and done.get("iterations", -1) == config.iterations:
-            log(f"{arm.name} seed {seed}: finished ({folder})")
+            log(f"{name} seed {seed}: finished ({folder})")
             continue
         config.resume = (folder / "config.json").exists()
-        log(f"{arm.name} seed {seed}: {'resuming' if config.resume else 'starting'} ({folder})")
-        todo.append(config)
+        log(f"{name} seed {seed}: {'resuming' if config.resume else 'starting'} ({folder})")
+        todo.append((config, config.warm_start_from))
     # Seed by seed, every arm of a seed together: a study stopped early still holds complete pairs.
-    todo.sort(key=lambda c: c.seed)
+    todo.sort(key=lambda c: (c[0].seed, c[1] is not None))
     if jobs <= 1 or len(todo) <= 1:
-        for config in todo:
+        for config, _ in todo:
             _train_quietly(config)
     else:
-        import multiprocessing as mp
-        import os
-        from concurrent.futures import ProcessPoolExecutor
-
-        threads = max(1, (os.cpu_count() or 1) // jobs)
-        with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
-            for config, _ in zip(todo, pool.map(_train_quietly, todo, [threads] * len(todo))):
-                log(f"finished {config.out}")
+        _run_parallel(todo, jobs, log)
     return summarize(claim, out, seeds, quick=quick)
+
+
+def _run_parallel(todo: list[tuple[TrainConfig, str | None]], jobs: int, log: Any) -> None:
+    """Train ``todo`` in ``jobs`` processes, in its order, each run once the warm start it needs has finished."""
+    import multiprocessing as mp
+    import os
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    pending = {c.out for c, _ in todo}
+    waiting, running = list(todo), {}
+    with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
+        while waiting or running:
+            for item in [w for w in waiting if w[1] not in pending][: jobs - len(running)]:
+                waiting.remove(item)
+                running[pool.submit(_train_quietly, item[0], threads)] = item[0]
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                config = running.pop(future)
+                future.result()  # a run that failed stops the study, with its error
+                pending.discard(config.out)
+                log(f"finished {config.out}")
 
 
 def _train_quietly(config: TrainConfig, threads: int | None = None) -> None:

@@ -42,8 +42,8 @@ from . import credit, logs
 from .bc import TeacherForcing, clone
 from .budgets import FixedBudget, parse_budgets
 from .checkpoint import CheckpointError, read_checkpoint, remove_stale_temps, restore_checkpoint, save_checkpoint
-from .config import (RESUMABLE, ConfigError, TrainConfig, changed_settings, config_to_json, read_config,
-                     write_config)
+from .config import (RESUMABLE, WARM_START_FREE, ConfigError, TrainConfig, changed_settings, config_to_json,
+                     read_config, write_config)
 from .lora import add_lora, merge_lora
 from .pg import PolicyGradient
 from .rollout import Collector, Request, session_sequences
@@ -63,11 +63,15 @@ def train(config: TrainConfig, log: Any = print, reporters: Sequence[Any] = ()) 
         log(f"removed {stale}, left by a checkpoint write that was killed")
     # Read (and checked) first: a checkpoint that cannot be resumed from is refused before any work is done.
     payload = _resume_payload(config, checkpoint, log)
+    resumed = payload is not None
+    if not resumed and config.warm_start_from is not None:
+        payload = _warm_start_payload(config, log)
     write_config(out / "config.json", config)
     _seed_everything(config.seed)
     make_env = lambda split="train": gym.make(config.env_id, **{**config.env_kwargs, "split": split})  # noqa: E731
     env = make_env()
-    model, tokenizer = _model(config, env, out, from_run=payload is not None)
+    # (a warm start taken from another run: the model is built here, then its weights come from that checkpoint)
+    model, tokenizer = _model(config, env, out, from_run=resumed)
     adapters = add_lora(model, config.lora_rank, seed=config.seed) if config.lora_rank else None
     agent = make_agent(config, model, tokenizer)
     learner = PolicyGradient(model, config.pg)
@@ -84,7 +88,8 @@ def train(config: TrainConfig, log: Any = print, reporters: Sequence[Any] = ()) 
         agent.generator.set_state(payload["extra"]["agent_rng"])
         if learner.ref_model is not None:  # (KL switched on at resume: anchor to the policy as it stands)
             learner.ref_model.load_state_dict(payload["extra"].get("ref_model", payload["model"]))
-        log(f"resumed from {checkpoint} at iteration {state['iteration']} ({state['phase']})")
+        if resumed:
+            log(f"resumed from {checkpoint} at iteration {state['iteration']} ({state['phase']})")
 
     def save() -> None:
         ref = {"ref_model": learner.ref_model.state_dict()} if learner.ref_model is not None else {}
@@ -430,6 +435,30 @@ def _resume_payload(config: TrainConfig, checkpoint: Path, log: Any) -> dict[str
     if missing:
         raise CheckpointError(checkpoint, f"it has no training state ({', '.join(missing)}): not written by "
                                           f"mosaic train")
+    return payload
+
+
+def _warm_start_payload(config: TrainConfig, log: Any) -> dict[str, Any]:
+    """The checkpoint of ``config.warm_start_from``, a finished warm-start-only run (``iterations=0``) with this
+    run's settings but :data:`algos.config.WARM_START_FREE`: RL starts from it exactly as from a warm start of its
+    own (the checkpoint holds the weights, the optimiser, every RNG and the held-out results so far)."""
+    source = Path(config.warm_start_from)
+    checkpoint = source / "checkpoint.pt"
+    if not (source / "summary.json").is_file() or not checkpoint.is_file():
+        raise ConfigError(f"warm_start_from={str(source)!r} is not a finished run (no summary.json and "
+                          f"checkpoint.pt): run it first, e.g. mosaic train ... --iterations 0 --out {source}")
+    changed = changed_settings(read_config(source / "config.json"), config, free=WARM_START_FREE)
+    if changed:
+        name, before, after = changed[0]
+        more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
+        raise ConfigError(f"warm_start_from={str(source)!r}: its warm start used {name}={before!r}, this run "
+                          f"{after!r}{more}; only {', '.join(WARM_START_FREE)} may differ")
+    payload = read_checkpoint(checkpoint)
+    state = payload["extra"].get("state", {})
+    if state.get("phase") != "rl" or state.get("iteration") != 0:
+        raise ConfigError(f"warm_start_from={str(source)!r} has run {state.get('iteration')} RL iterations: take "
+                          f"the warm start of a run with iterations=0")
+    log(f"warm start from {source} (computed there once)")
     return payload
 
 

@@ -178,6 +178,52 @@ def test_a_run_killed_in_every_phase_resumes_to_the_uninterrupted_run(uninterrup
     _assert_same_run(out, uninterrupted)
 
 
+@pytest.fixture(scope="module")
+def warm_only(tmp_path_factory) -> Path:
+    """A warm-start-only run (``iterations=0``) of the other algorithm."""
+    warm = tmp_path_factory.mktemp("warm")
+    algos.train.train(_config(warm, iterations=0, algo="broadcast"), log=_quiet)
+    return warm
+
+
+def test_a_run_from_a_shared_warm_start_is_the_run_that_warmed_itself(uninterrupted, warm_only, tmp_path):
+    """Arms of a comparison share one warm start (``warm_start_from``, what ``mosaic study`` does): a warm-start-only
+    run of another algorithm, then RL from its checkpoint, gives the parameters, metrics and summary of the run that
+    computed its own warm start; and the shared warm start's folder is left as it was."""
+    warm = warm_only
+    before = (warm / "checkpoint.pt").read_bytes()
+    out, lines = tmp_path / "from-shared", []
+    algos.train.train(_config(out, warm_start_from=str(warm)), log=lines.append)
+    assert any(line.startswith(f"warm start from {warm}") for line in lines)
+    assert not any(line.startswith("warm start:") for line in lines)  # no demonstrations cloned here
+    _assert_same_run(out, uninterrupted)
+    assert (warm / "checkpoint.pt").read_bytes() == before
+    # killed after its first RL checkpoint, it resumes from its own checkpoint, not from the shared one
+    resumed: list[str] = []
+    algos.train.train(_config(out, warm_start_from=str(warm), resume=True, iterations=3), log=resumed.append)
+    assert any(line.startswith("resumed from") for line in resumed)
+
+
+@pytest.mark.parametrize("changes, named", [
+    ({"seed": 4}, "seed"),  # another warm start: refused, naming the setting
+    ({"bc_episodes": 3}, "bc_episodes"),
+    ({"pg": {"lr": 0.02}}, "pg.lr"),  # the optimiser state in the checkpoint carries the learning rate
+])
+def test_a_warm_start_of_other_settings_is_refused_in_one_line(warm_only, tmp_path, changes, named):
+    warm = warm_only
+    if "pg" in changes:
+        changes = {"pg": dataclasses.replace(_config(warm).pg, **changes["pg"])}
+    with pytest.raises(ConfigError, match=rf"its warm start used {named}=.*only algo, "):
+        algos.train.train(_config(tmp_path / "arm", warm_start_from=str(warm), **changes), log=_quiet)
+
+
+def test_a_warm_start_from_an_unfinished_or_trained_run_is_refused(uninterrupted, tmp_path):
+    with pytest.raises(ConfigError, match="is not a finished run .*--iterations 0"):
+        algos.train.train(_config(tmp_path / "a", warm_start_from=str(tmp_path / "nothing")), log=_quiet)
+    with pytest.raises(ConfigError, match="has run 2 RL iterations"):
+        algos.train.train(_config(tmp_path / "b", warm_start_from=str(uninterrupted)), log=_quiet)
+
+
 # A child process that runs ``mosaic train`` and SIGKILLs itself at a point: nothing of Python's runs after.
 _DRIVER = """
 import os, signal, sys

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from algos.study import CLAIMS, interval, run_configs
+from algos.config import WARM_START_FREE, changed_settings
+from algos.study import CLAIMS, interval, run_configs, warm_start_configs
 from mosaic_gym.cli import main
 
 
@@ -35,6 +36,7 @@ def test_compaction_quick_runs_both_arms_paired(study, capsys):
 
 def test_a_finished_study_is_not_run_again(study, capsys):
     before = {p: p.stat().st_mtime_ns for p in study.glob("compaction/*/seed*/checkpoint.pt")}
+    assert len(before) == 6  # two seeds of the warm start and of each arm
     assert main(["study", "compaction", "--quick", "--seeds", "2", "--out", str(study)]) == 0
     assert "broadcast seed 0: finished" in capsys.readouterr().out
     assert before == {p: p.stat().st_mtime_ns for p in study.glob("compaction/*/seed*/checkpoint.pt")}
@@ -51,7 +53,7 @@ def test_recovery_reads_the_compaction_runs(study, capsys):
 def test_budgets_adds_one_arm_beside_the_compaction_runs(study):
     assert main(["study", "budgets", "--quick", "--seeds", "1", "--out", str(study)]) == 0
     assert sorted(p.name for p in (study / "compaction").iterdir() if p.is_dir()) == \
-        ["broadcast", "mosaic", "mosaic-budgetmix"]
+        ["broadcast", "mosaic", "mosaic-budgetmix", "warm-start"]
     results = json.loads((study / "budgets" / "results.json").read_text())
     assert set(results["budgets"]["mosaic"]["gain_at"]) == {"4", "8"}  # eval_budgets, and the env's own T
     assert (study / "budgets" / "pass_at_t.png").stat().st_size > 0
@@ -71,6 +73,14 @@ def test_run_folders_and_settings():
                                                  ("mosaic-budgetmix", 1)]
     assert runs[0][2].out == "/x/compaction/mosaic/seed0" and runs[2][2].budgets == "4,8,12"
     assert all(c.bc_styles for _, _, c in runs)  # a varied warm start
+    # Seed k's arms, of every claim on a preset, take one warm start, computed with the arms' settings but those
+    # nothing before RL reads.
+    warm = warm_start_configs("compaction", "/x", seeds=2)
+    assert [c.out for c in warm] == ["/x/compaction/warm-start/seed0", "/x/compaction/warm-start/seed1"]
+    for claim in ("compaction", "budgets", "recovery"):
+        for _, seed, config in run_configs(claim, "/x", seeds=2):
+            assert config.warm_start_from == warm[seed].out
+            assert changed_settings(warm[seed], config, free=WARM_START_FREE) == []
     assert {c.out for _, _, c in run_configs("recovery", "/x")} <= {c.out for _, _, c in run_configs("compaction", "/x")}
     with pytest.raises(ValueError, match="unknown"):
         run_configs("compactions", "/x")

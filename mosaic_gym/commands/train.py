@@ -125,6 +125,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
                    help="step the envs on Ray workers: alone, a local cluster (ray.init()); with an ADDRESS (auto, "
                         "HOST:6379, ray://HOST:10001), that cluster's (the same results as in-process envs)")
+    p.add_argument("--warm-start-from", default=None, metavar="RUN",
+                   help="start RL from the warm start of RUN, a finished run with --iterations 0 and the same "
+                        "settings but --algo, --estimator, --continuations, --budgets, --iterations, "
+                        "--tasks-per-iter, --group-size, --lambda-use, --beta, --log-groups (the same result as "
+                        "computing it again: arms of a comparison share one warm start)")
     p.add_argument("--resume", nargs=0, const=True, default=False,
                    help="continue the run in --out from its checkpoint, with the settings in its config.json "
                         "(flags given must agree with them; --iterations may change)")
@@ -165,7 +170,7 @@ def config_from_args(args: argparse.Namespace):
         temperature=args.temperature, max_new_tokens=args.max_new_tokens, prompt_examples=args.prompt_examples,
         lora_rank=args.lora_rank,
         log_groups=args.log_groups,
-        ray=args.ray,
+        ray=args.ray, warm_start_from=args.warm_start_from,
     )
 
 
@@ -190,7 +195,7 @@ def resume_config(args: argparse.Namespace):
                                   f"{path} (a resumed run keeps its settings; only --{', --'.join(RESUMABLE)} may "
                                   f"change)")
     changes = {name: getattr(wanted, name) for name in RESUMABLE if name in args.given}
-    return dataclasses.replace(saved, **changes, resume=True, ray=wanted.ray)
+    return dataclasses.replace(saved, **changes, resume=True, ray=wanted.ray, warm_start_from=wanted.warm_start_from)
 
 
 def _settings_of(dest: str, args: argparse.Namespace) -> tuple[str, ...]:
