@@ -174,17 +174,21 @@ def run_claim(claim: str, out: str | Path, seeds: int = 3, quick: bool = False, 
     between them); the results are the same as run one after another (each run is deterministic alone).
     """
     todo: list[tuple[TrainConfig, str | None]] = []  # (run, the warm start it needs first)
-    runs = [("warm start", seed, c) for seed, c in enumerate(warm_start_configs(claim, out, seeds, quick))]
-    runs += [(arm.name, seed, c) for arm, seed, c in run_configs(claim, out, seeds, quick, iterations, log_groups)]
-    for name, seed, config in runs:
-        folder = Path(config.out)
-        done = _finished(folder)
-        if done is not None and done.get("iterations", -1) == config.iterations:
-            log(f"{name} seed {seed}: finished ({folder})")
+    arms = [(arm.name, seed, c) for arm, seed, c in run_configs(claim, out, seeds, quick, iterations, log_groups)]
+    for name, seed, config in arms:
+        if _needs_run(name, seed, config, log):
+            todo.append((config, config.warm_start_from))
+    needed = {w for _, w in todo}
+    for seed, config in enumerate(warm_start_configs(claim, out, seeds, quick)):
+        # Its checkpoint is what the arms start from (a folder without it, e.g. a clone of committed results,
+        # computes it again: the same warm start).
+        if config.out not in needed:
             continue
-        config.resume = (folder / "config.json").exists()
-        log(f"{name} seed {seed}: {'resuming' if config.resume else 'starting'} ({folder})")
-        todo.append((config, config.warm_start_from))
+        if not (Path(config.out) / "checkpoint.pt").is_file() and _finished(Path(config.out)) is not None:
+            log(f"warm start seed {seed}: computing it again, its checkpoint is not in {config.out}")
+            todo.append((config, None))
+        elif _needs_run("warm start", seed, config, log):
+            todo.append((config, None))
     # Seed by seed, every arm of a seed together: a study stopped early still holds complete pairs.
     todo.sort(key=lambda c: (c[0].seed, c[1] is not None))
     if jobs <= 1 or len(todo) <= 1:
@@ -215,6 +219,19 @@ def _run_parallel(todo: list[tuple[TrainConfig, str | None]], jobs: int, log: An
                 future.result()  # a run that failed stops the study, with its error
                 pending.discard(config.out)
                 log(f"finished {config.out}")
+
+
+def _needs_run(name: str, seed: int, config: TrainConfig, log: Any) -> bool:
+    """Whether the run has not finished (its ``summary.json`` records the iterations asked); one that has not is
+    set to resume from its checkpoint, if it has a ``config.json``."""
+    folder = Path(config.out)
+    done = _finished(folder)
+    if done is not None and done.get("iterations", -1) == config.iterations:
+        log(f"{name} seed {seed}: finished ({folder})")
+        return False
+    config.resume = (folder / "config.json").exists()
+    log(f"{name} seed {seed}: {'resuming' if config.resume else 'starting'} ({folder})")
+    return True
 
 
 def _train_quietly(config: TrainConfig, threads: int | None = None) -> None:
