@@ -180,13 +180,19 @@ def config_from_json(data: dict[str, Any], out: str | Path) -> TrainConfig:
 
 
 def write_config(path: str | Path, config: TrainConfig) -> None:
-    """Write ``config`` to ``path`` as JSON atomically (a temporary file renamed over it): never half a file."""
+    """Write ``config`` to ``path`` as JSON atomically (:func:`write_text_atomic`): never half a file."""
+    write_text_atomic(path, json.dumps(config_to_json(config), indent=2) + "\n")
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file renamed over it: a kill midway leaves the old file or
+    the new one, never half of one."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(config_to_json(config), f, indent=2)
-            f.write("\n")
+            f.write(text)
+        os.chmod(tmp, 0o644)  # (mkstemp makes it private; a run's files are as readable as any other it writes)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -43,7 +43,7 @@ from .bc import TeacherForcing, clone
 from .budgets import FixedBudget, parse_budgets
 from .checkpoint import CheckpointError, read_checkpoint, remove_stale_temps, restore_checkpoint, save_checkpoint
 from .config import (RESUMABLE, WARM_START_FREE, ConfigError, TrainConfig, changed_settings, config_to_json,
-                     read_config, write_config)
+                     read_config, write_config, write_text_atomic)
 from .lora import add_lora, merge_lora
 from .pg import PolicyGradient
 from .rollout import Collector, Request, session_sequences
@@ -218,7 +218,7 @@ def _finish(run: _Run, model: torch.nn.Module, tokenizer: Any, adapters: Any = N
     if "per_task" in summary["success_warm_start"]:
         summary["rl_gain"], summary["rl_gain_stderr"] = paired_gain(summary["success_warm_start"],
                                                                     summary["success_final"])
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    write_text_atomic(out / "summary.json", json.dumps(summary, indent=2))  # a study reads it as "finished"
     from .plots import plot_training
 
     plot_training(state["history"], out / "training.png", title=f"{config.algo} on {config.env_id}")

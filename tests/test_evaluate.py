@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import doctest
 import json
+import os
 
 import gymnasium as gym
 import numpy as np
@@ -137,11 +138,16 @@ def test_bad_arguments_raise_clear_errors(env, task_ids):
         pass_at_kt(agent, env, ks=[1], ts=[8], n=1, tasks=["no-such-task"], progress=False)
 
 
-def test_mosaic_eval_writes_csv_markdown_json_and_a_heatmap(tmp_path, capsys):
+def test_mosaic_eval_writes_csv_markdown_json_and_a_heatmap(tmp_path, capsys, monkeypatch):
+    from transformers.utils import logging as transformers_logging
+
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)
     out = tmp_path / "eval"
     code = main(["eval", "--agent", "oracle", "--error-rate", "0.2", "--site-size", str(SITE_SIZE), "--tasks", "3",
                  "--ks", "1,2", "--ts", "16,64", "--n", "2", "--no-progress", "--out", str(out)])
     assert code == 0
+    # --no-progress silenced the bars while it ran, and left no setting behind for later code in this process
+    assert "TQDM_DISABLE" not in os.environ and transformers_logging.is_progress_bar_enabled()
     printed = capsys.readouterr().out
     markdown = (out / "passkt.md").read_text()
     assert "| K \\ T | 16 | 64 |" in printed and "| K \\ T | 16 | 64 |" in markdown

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -257,3 +259,27 @@ def budgets(text: str) -> str:
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
     return text
+
+
+@contextlib.contextmanager
+def quiet_progress(quiet: bool):
+    """While the command runs with ``--no-progress``: no progress bars, the library's included (``TQDM_DISABLE``,
+    which env workers and study runs started meanwhile inherit, and Transformers' bars); both as they were after,
+    so a command called in-process (a test, a notebook) leaves no setting behind."""
+    if not quiet:
+        yield
+        return
+    from transformers.utils import logging as transformers_logging
+
+    before, bars = os.environ.get("TQDM_DISABLE"), transformers_logging.is_progress_bar_enabled()
+    os.environ["TQDM_DISABLE"] = "1"
+    transformers_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("TQDM_DISABLE", None)
+        else:
+            os.environ["TQDM_DISABLE"] = before
+        if bars:
+            transformers_logging.enable_progress_bar()

@@ -10,7 +10,7 @@ from typing import Any
 from algos.evaluate import PROTOCOLS, pass_at_kt
 from algos.logs import SUFFIX
 from .common import (HelpFormatter, add_agent_args, add_env_args, add_scale_args, build_agent, int_list, make_env,
-                     make_pool)
+                     make_pool, quiet_progress)
 
 DESCRIPTION = """\
 Run an agent n times on each task and measure Pass@(K,T): the chance that at least one of K samples
@@ -86,11 +86,11 @@ def run(args: argparse.Namespace) -> int:
     if args.tasks is not None and args.tasks < 1:
         print("mosaic eval: --tasks must be at least 1", file=sys.stderr)
         return 2
-    if args.no_progress:
-        from transformers.utils import logging as transformers_logging
+    with quiet_progress(args.no_progress):  # every bar: indexing a corpus, and in the env workers too
+        return _run(args)
 
-        transformers_logging.disable_progress_bar()
-        os.environ["TQDM_DISABLE"] = "1"  # every other bar: indexing a corpus, and in the env workers too
+
+def _run(args: argparse.Namespace) -> int:
     try:
         env = make_env(args, **({"candidates": True} if args.candidates or args.mode == "choose" else {}))
     except (TypeError, ValueError) as err:  # a bad env kwarg or value, explained by the env

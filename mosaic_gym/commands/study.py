@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .common import HelpFormatter
+from .common import HelpFormatter, quiet_progress
 
 DESCRIPTION = """\
 Run one claim of the study: both arms from the same warm start, with several seeds, then a results JSON,
@@ -64,13 +64,11 @@ def run(args: argparse.Namespace) -> int:
     if args.iterations is not None and args.iterations < 0:
         print("mosaic study: --iterations must be at least 0", file=sys.stderr)
         return 2
-    if args.no_progress:
-        import os
+    with quiet_progress(args.no_progress):
+        return _run(args)
 
-        from transformers.utils import logging as transformers_logging
 
-        os.environ["TQDM_DISABLE"] = "1"
-        transformers_logging.disable_progress_bar()
+def _run(args: argparse.Namespace) -> int:
     if args.summary_only:
         results = summarize(args.claim, args.out, args.seeds, quick=args.quick)
     else:
