@@ -50,8 +50,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from algos.study import run_claim, summarize
-
     if args.seeds < 1:
         print("mosaic study: --seeds must be at least 1", file=sys.stderr)
         return 2
@@ -69,13 +67,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from algos.study import markdown, run_claim, summarize
+
     if args.summary_only:
         results = summarize(args.claim, args.out, args.seeds, quick=args.quick)
     else:
         results = run_claim(args.claim, args.out, args.seeds, quick=args.quick, iterations=args.iterations,
                             jobs=args.jobs, log_groups=args.log_groups)
-    from algos.study import markdown
-
     print(markdown(results))
     print(f"results: {args.out}/{args.claim}/results.json, results.md, curves.png")
     return 0
