@@ -38,13 +38,31 @@ import tempfile
 import warnings
 import zlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Protocol, Sequence
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from .pg import PolicyGradient
-    from .rollout import Trajectory
+
+# What a log reads of the learners' objects, by shape: the log format is a leaf that imports nothing of algos
+# (algos.rollout imports step_record from here).
+class Trajectory(Protocol):
+    """What a log reads of an :class:`algos.rollout.Trajectory`."""
+
+    task_id: str
+    tree: dict[str, Any]
+    transcript: list[dict[str, Any]] | None
+    reward: float
+    session_ids: list[int]
+    num_sessions: int
+
+
+class PolicyGradient(Protocol):
+    """What a log reads of an :class:`algos.pg.PolicyGradient`: its credit under either algorithm."""
+
+    config: Any
+
+    def advantages(self, rewards: Sequence[float], session_traj: Sequence[int],
+                   contributions: Sequence[float] | None = None, advantage: str | None = None) -> np.ndarray: ...
 
 __all__ = ["FORMAT_VERSION", "SUFFIX", "LogError", "TrajectoryLog", "TruncatedLogWarning", "credit_by_session",
            "find_logs", "from_trajectory", "read", "step_record", "trajectory_record", "write_records"]
