@@ -46,7 +46,8 @@ def test_bench_reports_every_benchmark_beside_its_baseline(tmp_path, capsys):
     assert iteration["rows"]["broadcast"]["continuations_s"] == iteration["rows"]["broadcast"]["scoring_s"] == 0
     assert iteration["rows"]["mosaic-rollout"]["continuations_s"] > 0 < iteration["rows"]["mosaic-likelihood"]["scoring_s"]
     memory = iteration["memory"]
-    assert memory["peak_rss_mb"] > memory["bare_peak_rss_mb"] > 0
+    # (at smoke size a run's peak can be the bare process's own, reached while both load the same libraries)
+    assert memory["peak_rss_mb"] >= memory["bare_peak_rss_mb"] > 0
 
     scale = result["benchmarks"]["scale"]  # every pool ran the local pool's episodes
     assert all(scale[b][f"ray_{w}_workers"]["same_trajectories"] for b in ("playwright", "text") for w in (1, 2))
