@@ -10,9 +10,10 @@ from .common import HelpFormatter, quiet_progress
 
 DESCRIPTION = """\
 Run one claim of the study: both arms from the same warm start, with several seeds, then a results JSON,
-a Markdown table and plots in OUT/CLAIM/. Every (arm, seed) is a `mosaic train` run in
-OUT/PRESET/ARM/seedK; run the command again to resume what was stopped (finished runs are kept, and the
-summary is rebuilt from whatever has finished). Claims share runs: recovery reads the compaction runs,
+a Markdown table and plots in OUT/CLAIM/. Seed k's warm start is computed once, in OUT/PRESET/warm-start/seedK,
+and every (arm, seed) is a `mosaic train` run in OUT/PRESET/ARM/seedK that starts RL from it. Run the
+command again to resume what was stopped (finished runs are kept, and the summary is rebuilt from whatever
+has finished). Claims share runs: recovery reads the compaction runs,
 and budgets adds one BudgetMix arm beside the compaction preset's Mosaic arm.
 
   compaction  Mosaic vs broadcast where compaction is optional on easy tasks and needed on long ones
@@ -23,7 +24,7 @@ and budgets adds one BudgetMix arm beside the compaction preset's Mosaic arm.
 
 EXAMPLES = """examples:
   mosaic study compaction --quick              # minutes: checks the pipeline, numbers mean nothing
-  mosaic study compaction --seeds 3 --jobs 2   # the full claim (about 90 minutes on 2 cores)
+  mosaic study compaction --seeds 3 --jobs 2   # the full claim (51 minutes on 2 shared cores)
   mosaic study recovery --seeds 3              # reuses the compaction runs
   mosaic study budgets --seeds 3 --out runs/study
 """
