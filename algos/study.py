@@ -179,12 +179,11 @@ def run_claim(claim: str, out: str | Path, seeds: int = 3, quick: bool = False, 
     its checkpoint (or started). With ``jobs > 1`` each run trains in its own process (torch threads split
     between them); the results are the same as run one after another (each run is deterministic alone).
     """
-    todo: list[tuple[TrainConfig, str | None]] = []  # (run, the warm start it needs first)
-    arms = [(arm.name, seed, c) for arm, seed, c in run_configs(claim, out, seeds, quick, iterations, log_groups)]
-    for name, seed, config in arms:
-        if _needs_run(name, seed, config, log):
-            todo.append((config, config.warm_start_from))
-    needed = {w for _, w in todo}
+    todo: list[TrainConfig] = []  # an arm's run needs its warm_start_from to have finished first
+    for arm, seed, config in run_configs(claim, out, seeds, quick, iterations, log_groups):
+        if _needs_run(arm.name, seed, config, log):
+            todo.append(config)
+    needed = {c.warm_start_from for c in todo}
     for seed, config in enumerate(warm_start_configs(claim, out, seeds, quick)):
         # Its checkpoint is what the arms start from (a folder without it, e.g. a clone of committed results,
         # computes it again: the same warm start).
@@ -192,33 +191,33 @@ def run_claim(claim: str, out: str | Path, seeds: int = 3, quick: bool = False, 
             continue
         if not (Path(config.out) / "checkpoint.pt").is_file() and _finished(Path(config.out)) is not None:
             log(f"warm start seed {seed}: computing it again, its checkpoint is not in {config.out}")
-            todo.append((config, None))
+            todo.append(config)
         elif _needs_run("warm start", seed, config, log):
-            todo.append((config, None))
+            todo.append(config)
     # Seed by seed, every arm of a seed together: a study stopped early still holds complete pairs.
-    todo.sort(key=lambda c: (c[0].seed, c[1] is not None))
+    todo.sort(key=lambda c: (c.seed, c.warm_start_from is not None))
     if jobs <= 1 or len(todo) <= 1:
-        for config, _ in todo:
+        for config in todo:
             _train_quietly(config)
     else:
         _run_parallel(todo, jobs, log)
     return summarize(claim, out, seeds, quick=quick)
 
 
-def _run_parallel(todo: list[tuple[TrainConfig, str | None]], jobs: int, log: Any) -> None:
+def _run_parallel(todo: list[TrainConfig], jobs: int, log: Any) -> None:
     """Train ``todo`` in ``jobs`` processes, in its order, each run once the warm start it needs has finished."""
     import multiprocessing as mp
     import os
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
     threads = max(1, (os.cpu_count() or 1) // jobs)
-    pending = {c.out for c, _ in todo}
+    pending = {c.out for c in todo}
     waiting, running = list(todo), {}
     with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
         while waiting or running:
-            for item in [w for w in waiting if w[1] not in pending][: jobs - len(running)]:
-                waiting.remove(item)
-                running[pool.submit(_train_quietly, item[0], threads)] = item[0]
+            for config in [c for c in waiting if c.warm_start_from not in pending][: jobs - len(running)]:
+                waiting.remove(config)
+                running[pool.submit(_train_quietly, config, threads)] = config
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in done:
                 config = running.pop(future)
