@@ -82,7 +82,9 @@ def train(config: TrainConfig, log: Any = print, reporters: Sequence[Any] = ()) 
 
     state = {"iteration": 0, "phase": "warm_start", "history": [], "summary": {}}
     if payload is not None:
-        restore_checkpoint(checkpoint, payload, model, learner.optimizer)
+        # A warm start's RL optimiser has taken no step (phase rl, iteration 0): this run keeps its own, built
+        # with its own learning rate; a resume continues the checkpoint's.
+        restore_checkpoint(checkpoint, payload, model, learner.optimizer if resumed else None)
         state = payload["extra"]["state"]
         rng.bit_generator.state = payload["extra"]["rng"]
         agent.generator.set_state(payload["extra"]["agent_rng"])

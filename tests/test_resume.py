@@ -204,10 +204,22 @@ def test_a_run_from_a_shared_warm_start_is_the_run_that_warmed_itself(uninterrup
     assert any(line.startswith("resumed from") for line in resumed)
 
 
+def test_an_arm_may_take_its_own_learning_rate_from_a_shared_warm_start(warm_only, tmp_path):
+    """The RL optimiser has taken no step when a warm start ends, so an arm of another learning rate (and KL
+    weight) from the shared warm start is the run of that learning rate that warmed itself."""
+    pg = dataclasses.replace(_config(warm_only).pg, lr=0.003, kl_coef=0.0)
+    shared, own = tmp_path / "shared", tmp_path / "own"
+    algos.train.train(_config(shared, warm_start_from=str(warm_only), pg=pg), log=_quiet)
+    algos.train.train(_config(own, pg=pg), log=_quiet)
+    _assert_same_run(shared, own)
+    optimiser = torch.load(shared / "checkpoint.pt", weights_only=True)["optimizer"]
+    assert {group["lr"] for group in optimiser["param_groups"]} == {0.003}
+
+
 @pytest.mark.parametrize("changes, named", [
     ({"seed": 4}, "seed"),  # another warm start: refused, naming the setting
     ({"bc_episodes": 3}, "bc_episodes"),
-    ({"pg": {"lr": 0.02}}, "pg.lr"),  # the optimiser state in the checkpoint carries the learning rate
+    ({"pg": {"micro_batch_tokens": 1024}}, "pg.micro_batch_tokens"),  # the warm start's micro-batches too
 ])
 def test_a_warm_start_of_other_settings_is_refused_in_one_line(warm_only, tmp_path, changes, named):
     warm = warm_only
