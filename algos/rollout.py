@@ -113,7 +113,8 @@ class Collector:
         """
         results: list[Trajectory | None] = [None] * len(requests)
         pending = list(range(len(requests)))
-        bar = tqdm(total=len(requests), desc=progress, leave=False, disable=progress is None)
+        # ``disable`` passed only to silence it: passed as False it would override TQDM_DISABLE (--no-progress)
+        bar = tqdm(total=len(requests), desc=progress, leave=False, **({"disable": True} if progress is None else {}))
         slots: dict[int, dict[str, Any]] = {}
         while pending or slots:
             free = [slot for slot in range(self.num_envs) if slot not in slots][: len(pending)]

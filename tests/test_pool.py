@@ -146,3 +146,29 @@ def test_a_corpus_sent_through_the_object_store_gives_the_local_results(ray_clus
     with RayPool(ENV_ID, corpus, num_envs=2, envs_per_worker=2, ship_corpus=True) as pool:
         remote = Collector(None, 2, pool=pool).run(OracleAgent(driver_env), reqs)
     assert plain(remote) == plain(local) and all(t.tree["steps_used"] > 0 for t in local)
+
+
+_BAR = """
+import gymnasium as gym
+import envs
+from agents import OracleAgent
+from algos.rollout import Collector, Request
+make = lambda: gym.make("mosaic/WebQA-v0", site_size=%d, hops=1)
+Collector(make, 2).run(OracleAgent(make()), [Request(0, None), Request(1, None)], progress="demonstrations")
+"""
+
+
+@pytest.mark.parametrize("disabled", [True, False])
+def test_the_collectors_bar_obeys_tqdm_disable(disabled):
+    """``--no-progress`` sets TQDM_DISABLE, which study runs and env workers in other processes inherit (tqdm
+    reads it when imported): a named bar obeys it."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TQDM_DISABLE"}
+    if disabled:
+        env["TQDM_DISABLE"] = "1"
+    child = subprocess.run([sys.executable, "-c", _BAR % SITE_SIZE], env=env, capture_output=True, text=True,
+                           timeout=120)
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert ("demonstrations" in child.stderr) is not disabled
