@@ -4,9 +4,8 @@ chooses its sessions, budgets, recovery), every arm and seed its own resumable r
 from __future__ import annotations
 
 import argparse
-import sys
 
-from .common import HelpFormatter, quiet_progress
+from .common import HelpFormatter, at_least, quiet_progress
 
 DESCRIPTION = """\
 Run one claim of the study: both arms from the same warm start, with several seeds, then a results JSON,
@@ -36,12 +35,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("study", help="the study: Mosaic vs broadcast, budgets, recovery (seeds, intervals)",
                               description=DESCRIPTION, epilog=EXAMPLES, formatter_class=HelpFormatter)
     p.add_argument("claim", choices=sorted(CLAIMS), help="which claim to run")
-    p.add_argument("--seeds", type=int, default=3, help="seeds per arm (at least 2 for an interval)")
+    p.add_argument("--seeds", type=at_least(1, "give 1 or more seeds per arm"), default=3, help="seeds per arm (at least 2 for an interval)")
     p.add_argument("--quick", action="store_true", help="tiny runs on a small site: checks the pipeline in minutes")
-    p.add_argument("--iterations", type=int, default=None,
+    p.add_argument("--iterations", type=at_least(0, "give 0 or more RL iterations"), default=None,
                    help="RL iterations per run (default: the preset's); more extends finished runs")
-    p.add_argument("--jobs", type=int, default=1, help="runs trained side by side, each in its own process")
-    p.add_argument("--log-groups", type=int, default=None,
+    p.add_argument("--jobs", type=at_least(1, "give 1 or more runs side by side"), default=1, help="runs trained side by side, each in its own process")
+    p.add_argument("--log-groups", type=at_least(0, "give 0 or more groups (0: none)"), default=None,
                    help="groups per iteration each run logs to its trajectories/ (default: mosaic train's; see "
                         "them with mosaic view OUT)")
     p.add_argument("--out", default="runs/study", help="the study's folder (runs and results)")
@@ -51,18 +50,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.seeds < 1:
-        print("mosaic study: --seeds must be at least 1", file=sys.stderr)
-        return 2
-    if args.jobs < 1:
-        print("mosaic study: --jobs must be at least 1", file=sys.stderr)
-        return 2
-    if args.log_groups is not None and args.log_groups < 0:
-        print("mosaic study: --log-groups must be at least 0", file=sys.stderr)
-        return 2
-    if args.iterations is not None and args.iterations < 0:
-        print("mosaic study: --iterations must be at least 0", file=sys.stderr)
-        return 2
     with quiet_progress(args.no_progress):
         return _run(args)
 
