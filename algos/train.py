@@ -455,7 +455,11 @@ def _warm_start_payload(config: TrainConfig, log: Any) -> dict[str, Any]:
         more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
         raise ConfigError(f"warm_start_from={str(source)!r}: its warm start used {name}={before!r}, this run "
                           f"{after!r}{more}; only {', '.join(WARM_START_FREE)} may differ")
-    payload = read_checkpoint(checkpoint)
+    try:
+        payload = read_checkpoint(checkpoint)
+    except CheckpointError as err:  # (its message says "resume from": here the run takes a warm start from it)
+        raise ConfigError(f"warm_start_from={str(source)!r}: cannot take its warm start from {checkpoint}: "
+                          f"{err.problem}") from None
     state = payload["extra"].get("state", {})
     if state.get("phase") != "rl" or state.get("iteration") != 0:
         raise ConfigError(f"warm_start_from={str(source)!r} has run {state.get('iteration')} RL iterations: take "

@@ -229,6 +229,16 @@ def test_a_warm_start_of_other_settings_is_refused_in_one_line(warm_only, tmp_pa
         algos.train.train(_config(tmp_path / "arm", warm_start_from=str(warm), **changes), log=_quiet)
 
 
+def test_a_warm_start_whose_checkpoint_is_damaged_is_refused_as_a_warm_start(warm_only, tmp_path):
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(warm_only, broken)
+    (broken / "checkpoint.pt").write_bytes(b"")
+    with pytest.raises(ConfigError, match=r"cannot take its warm start from .*checkpoint.pt: the file is empty"):
+        algos.train.train(_config(tmp_path / "arm", warm_start_from=str(broken)), log=_quiet)
+
+
 def test_a_warm_start_from_an_unfinished_or_trained_run_is_refused(uninterrupted, tmp_path):
     with pytest.raises(ConfigError, match="is not a finished run .*--iterations 0"):
         algos.train.train(_config(tmp_path / "a", warm_start_from=str(tmp_path / "nothing")), log=_quiet)
