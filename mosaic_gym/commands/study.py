@@ -35,11 +35,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("study", help="the study: Mosaic vs broadcast, budgets, recovery (seeds, intervals)",
                               description=DESCRIPTION, epilog=EXAMPLES, formatter_class=HelpFormatter)
     p.add_argument("claim", choices=sorted(CLAIMS), help="which claim to run")
-    p.add_argument("--seeds", type=at_least(1, "give 1 or more seeds per arm"), default=3, help="seeds per arm (at least 2 for an interval)")
+    p.add_argument("--seeds", type=at_least(1, "give 1 or more seeds per arm"), default=3,
+                   help="seeds per arm (at least 2 for an interval)")
     p.add_argument("--quick", action="store_true", help="tiny runs on a small site: checks the pipeline in minutes")
     p.add_argument("--iterations", type=at_least(0, "give 0 or more RL iterations"), default=None,
                    help="RL iterations per run (default: the preset's); more extends finished runs")
-    p.add_argument("--jobs", type=at_least(1, "give 1 or more runs side by side"), default=1, help="runs trained side by side, each in its own process")
+    p.add_argument("--jobs", type=at_least(1, "give 1 or more runs side by side"), default=1,
+                   help="runs trained side by side, each in its own process")
     p.add_argument("--log-groups", type=at_least(0, "give 0 or more groups (0: none)"), default=None,
                    help="groups per iteration each run logs to its trajectories/ (default: mosaic train's; see "
                         "them with mosaic view OUT)")
