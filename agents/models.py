@@ -236,6 +236,28 @@ def plain_copy(model: PreTrainedModel) -> PreTrainedModel:
     return plain
 
 
+ALIGNMENT = 64  # bytes: what PyTorch's CPU allocator gives every tensor it makes
+
+
+def in_own_memory(model: PreTrainedModel) -> PreTrainedModel:
+    """``model`` with every parameter and buffer in memory of its own, aligned as a freshly built model's.
+
+    ``from_pretrained`` leaves tensors where the safetensors file put them, 8 bytes past a 64-byte boundary.
+    Vectorised CPU kernels (BLAS with AVX-512) may sum in another order at another alignment, so a model loaded
+    from a folder could compute other bits than the same weights in a built model: a resumed run would drift
+    from the run that never stopped. Copies keep tied weights tied (a tied parameter is one object).
+    """
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.data_ptr() % ALIGNMENT:
+                param.data = param.data.clone(memory_format=torch.contiguous_format)
+        for module in model.modules():
+            for name, buffer in list(module.named_buffers(recurse=False)):
+                if buffer.data_ptr() % ALIGNMENT:
+                    setattr(module, name, buffer.clone(memory_format=torch.contiguous_format))  # still a buffer
+    return model
+
+
 def load_tokenizer(folder: str | Path) -> PreTrainedTokenizerBase:
     """The tokenizer saved in ``folder``.
 
@@ -275,7 +297,7 @@ def load_model(
         return load_smollm2(dtype=dtype or torch.float32)
     if Path(spec).is_dir():
         tokenizer = load_tokenizer(spec)
-        return AutoModelForCausalLM.from_pretrained(spec, dtype=dtype or "auto").eval(), tokenizer
+        return in_own_memory(AutoModelForCausalLM.from_pretrained(spec, dtype=dtype or "auto")).eval(), tokenizer
     return _load_from_hub(check_hub_id(spec), dtype)
 
 
@@ -349,7 +371,7 @@ def _load_from_hub(hub_id: str, dtype: torch.dtype | None) -> tuple[PreTrainedMo
 def _from_pretrained(hub_id: str, dtype: torch.dtype | None, local_files_only: bool):
     tokenizer = AutoTokenizer.from_pretrained(hub_id, local_files_only=local_files_only)
     model = AutoModelForCausalLM.from_pretrained(hub_id, dtype=dtype or "auto", local_files_only=local_files_only)
-    return model.eval(), tokenizer
+    return in_own_memory(model).eval(), tokenizer
 
 
 def _reachable(host: str, port: int = 443, timeout_s: float = 3.0) -> bool:

@@ -34,7 +34,7 @@ from tqdm.auto import tqdm
 import envs  # noqa: F401  (registers the environments)
 from agents import OracleAgent
 from agents.llm import LLMAgent
-from agents.models import load_model, load_tokenizer
+from agents.models import load_model
 from envs.pool import EnvPool, make_pool
 from envs.prompts import EXAMPLE_EXCHANGE
 
@@ -477,9 +477,7 @@ def _model(config: TrainConfig, env: gym.Env, out: Path, from_run: bool):
     """
     folder = out / "model"
     if from_run and folder.exists():
-        from transformers import AutoModelForCausalLM
-
-        return AutoModelForCausalLM.from_pretrained(folder).eval(), load_tokenizer(folder)
+        return load_model(str(folder))
     texts = None
     if config.model.startswith("tiny-"):
         from agents.models import default_texts

@@ -12,6 +12,7 @@ from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
 from agents.llm import LLMAgent
 from agents.models import (
+    ALIGNMENT,
     EOS_TOKEN,
     TINY_SIZES,
     build_tiny_model,
@@ -98,6 +99,20 @@ def test_make_tiny_saves_what_from_pretrained_loads(tmp_path):
     assert spec_tokenizer.encode(text) == ids[0].tolist()
     assert via_spec.dtype == torch.float32
     assert json.loads((tmp_path / "config.json").read_text())["model_type"] == "llama"
+
+
+def test_a_model_loaded_from_a_folder_lies_in_memory_as_a_built_one(tmp_path):
+    """Every tensor of a folder's model starts on the allocator's boundary, as the built model's do, and tied
+    weights stay one tensor: BLAS may sum in another order at another alignment, and a run resumed from its
+    folder must compute the same bits as the run that built its model."""
+    model, tokenizer = make_tiny(tmp_path, TEXTS, size="1m", seed=3, vocab_size=400)
+    loaded, _ = load_model(str(tmp_path))
+    for name, tensor in [*loaded.named_parameters(), *loaded.named_buffers()]:
+        assert tensor.data_ptr() % ALIGNMENT == 0, name
+    assert loaded.lm_head.weight is loaded.model.embed_tokens.weight
+    assert {k for k, _ in loaded.named_buffers()} == {k for k, _ in model.named_buffers()}
+    assert loaded.state_dict().keys() == model.state_dict().keys()
+    assert all(torch.equal(v, loaded.state_dict()[k]) for k, v in model.state_dict().items())
 
 
 def test_load_model_builds_tiny_presets():

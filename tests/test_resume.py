@@ -155,9 +155,6 @@ KILLS = [
 ]
 
 
-@pytest.mark.xfail(reason="on the 2026-12-02 machine a resume after the first RL checkpoint no longer equals the "
-                   "uninterrupted run bit for bit, at this session's first commit too (3d06b0a, which passed CI the day "
-                   "before): a change in the environment, not yet found; see the closing note", strict=False)
 def test_a_run_killed_in_every_phase_resumes_to_the_uninterrupted_run(uninterrupted, tmp_path, monkeypatch):
     """One run folder, killed once in each phase and resumed each time (a kill before the first checkpoint
     starts the run again: then the later kills happen in a run that did)."""
@@ -277,9 +274,6 @@ main(["train", *sys.argv[2:]])
 """
 
 
-@pytest.mark.xfail(reason="on the 2026-12-02 machine a resume after the first RL checkpoint no longer equals the "
-                   "uninterrupted run bit for bit, at this session's first commit too (3d06b0a, which passed CI the day "
-                   "before): a change in the environment, not yet found; see the closing note", strict=False)
 @pytest.mark.parametrize("when", ["during", "after"])
 def test_sigkilled_at_the_first_checkpoint_resumes_exactly_with_the_runs_own_settings(uninterrupted, tmp_path,
                                                                                        when):
