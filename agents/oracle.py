@@ -75,9 +75,11 @@ class OracleAgent(Agent):
                  seed: int = 0, max_scrolls: int = 4):
         if isinstance(env_or_site, Site):
             site = env_or_site
+            task_by_id = site.task
         else:
             unwrapped = getattr(env_or_site, "unwrapped", env_or_site)
             site = unwrapped.site
+            task_by_id = unwrapped.task  # as the env asks it (compare_answer)
             session_max_tokens = unwrapped.session_max_tokens
             chunk_tokens = unwrapped.backend.chunk_tokens
             # Knobs the env cannot honour are off: no forks in a fork-less variant, and so on.
@@ -86,6 +88,7 @@ class OracleAgent(Agent):
         if not 0.0 <= error_rate <= 1.0:
             raise ValueError(f"error_rate must be in [0, 1], got {error_rate}")
         self.site = site
+        self._task_by_id = task_by_id
         self.browser = TextBackend(site, chunk_tokens)
         self.compact_at = compact_at
         self.max_scrolls = max_scrolls
@@ -141,7 +144,7 @@ class OracleAgent(Agent):
         return format_action(plan.final, answer)
 
     def _plan_for(self, plans: dict[int, _Plan], info: dict[str, Any]) -> _Plan:
-        task = self.site.task(info["task_id"])
+        task = self._task_by_id(info["task_id"])
         kind, parent = info["session_kind"], info["parent_id"]
         if kind == "compact" and parent in plans:
             old = plans.pop(parent)

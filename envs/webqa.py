@@ -41,6 +41,7 @@ from .web.browser import CHUNK_TOKENS, PageView
 from .web.corpus import TASK_EXAMPLE, TASKS_FILE
 from .web.loader import load_site
 from .web.site import Site
+from .web.tasks import COMPARE_ANSWERS, answering_with_year
 from .web.types import Task, normalize_answer
 
 OVERFLOW_POLICIES = ("force_compact", "truncate", "terminate")
@@ -148,6 +149,8 @@ class WebQAEnv(gym.Env[str, str]):
         hops: difficulty filter: an int or an inclusive ``(lo, hi)`` range; ``None`` for every task.
         families: task-family filter (builtin: ``"chain"``, ``"inverted"``, ``"compare"``, ``"long"``): a name
             or a list of names; ``None`` for every family.
+        compare_answer: what a ``compare`` task asks for: ``"name"`` (the winner, whom the question names) or
+            ``"year"`` (the winning year, which only pages show: no answer can be guessed before reading).
         max_steps: the step budget T over all sessions: an int, a ``(lo, hi)`` range or a list of ints,
             sampled at reset from the env's own ``np_random``; ``reset(options={"max_steps": T})`` overrides.
         session_max_tokens: a session's context window, in tokens of ``token_counter``.
@@ -177,6 +180,7 @@ class WebQAEnv(gym.Env[str, str]):
         split: str = "train",
         hops: int | tuple[int, int] | None = None,
         families: str | Sequence[str] | None = None,
+        compare_answer: str = "name",
         max_steps: int | tuple[int, int] | Sequence[int] = 64,
         session_max_tokens: int = 4096,
         overflow: str = "force_compact",
@@ -199,6 +203,9 @@ class WebQAEnv(gym.Env[str, str]):
             raise ValueError(f"overflow={shown(overflow)} is unknown: use one of {OVERFLOW_POLICIES}")
         if split not in ("train", "test", "all"):
             raise ValueError(f"split={shown(split)} is unknown: use 'train', 'test' or 'all'")
+        if compare_answer not in COMPARE_ANSWERS:
+            raise ValueError(f"compare_answer={shown(compare_answer)} is unknown: use 'name' (the winner) or 'year' "
+                             f"(the winning year)")
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode={shown(render_mode)} is not supported: use 'ansi' or None")
         session_max_tokens = check_int("session_max_tokens", session_max_tokens, minimum=1)
@@ -223,6 +230,8 @@ class WebQAEnv(gym.Env[str, str]):
             if not self.tasks:
                 raise ValueError(f"no {split!r} task with hops={hops!r} is of families {sorted(wanted)} on site "
                                  f"{self.site.name!r}: widen hops or families")
+        self.compare_answer = compare_answer
+        self.tasks = [self._asked(t) for t in self.tasks]
         self.session_max_tokens = session_max_tokens
         self.overflow = overflow
         self.max_sessions = max_sessions
@@ -267,7 +276,7 @@ class WebQAEnv(gym.Env[str, str]):
             self.np_random.bit_generator.state = copy.deepcopy(snap.rng_state)
             return self._observation(), self._info(acted=None, error=None)
         if options.get("task_id") is not None:
-            task = self.site.task(options["task_id"])
+            task = self.task(options["task_id"])
         else:
             task = self.tasks[int(self.np_random.integers(len(self.tasks)))]
         if options.get("max_steps") is not None:
@@ -683,6 +692,14 @@ class WebQAEnv(gym.Env[str, str]):
         values = [v for v, k in s.mentions.items() if kind in ("text", k)]
         out += [format_action(final, v) for v in values[-MAX_ANSWER_CANDIDATES:]]
         return list(dict.fromkeys(out))
+
+    def task(self, task_id: str) -> Task:
+        """The site's task ``task_id`` as this env asks it (``compare_answer``); a ``KeyError`` naming known ids
+        for an unknown one."""
+        return self._asked(self.site.task(task_id))
+
+    def _asked(self, task: Task) -> Task:
+        return answering_with_year(task) if self.compare_answer == "year" else task
 
     def _task_of(self, session: Session) -> Task:
         state = self._require_state()

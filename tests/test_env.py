@@ -355,3 +355,70 @@ def test_oracle_in_a_window_barely_larger_than_the_question_compacts_only_after_
         actions = [h[0] for h in history[1:]]
         assert info["num_sessions"] > 1 and actions[0].startswith("search"), actions
         assert not any(a.startswith("compact") and b.startswith("compact") for a, b in zip(actions, actions[1:]))
+
+
+# --- compare tasks that ask for the winning year ------------------------------------------------------------
+
+COMPARE_KW = {"site_size": 300, "hops": (2, 3), "families": "compare", "max_steps": 24, "session_max_tokens": 2400,
+              "candidates": True, "split": "all"}
+
+
+def _answer_candidates(info: dict) -> list[str]:
+    return [c for c in info["candidates"] if c.startswith(("answer(", "finish("))]
+
+
+def test_compare_by_name_offers_the_names_it_asks_about_before_any_page_is_read():
+    """The leak ``compare_answer="year"`` closes: asked for a name, the winner is among the answers on offer at
+    the first step, so guessing succeeds without reading."""
+    env = gym.make("mosaic/WebQA-Fork-v0", **COMPARE_KW)
+    leaked = 0
+    for task in env.unwrapped.tasks:
+        _, info = env.reset(seed=0, options={"task_id": task.id})
+        leaked += f'answer("{task.answer}")' in _answer_candidates(info)
+    assert leaked == len(env.unwrapped.tasks) > 0
+
+
+def _oracle_rewards(env, task_ids, fork: bool) -> list[float]:
+    agent, rewards = OracleAgent(env, fork=fork, seed=0), []
+    for task_id in task_ids:
+        obs, info = env.reset(seed=1, options={"task_id": task_id})
+        agent.reset()
+        done = False
+        while not done:
+            obs, reward, term, trunc, info = env.step(agent.act(obs, info))
+            done = term or trunc
+        kinds = [session["kind"] for session in info["trajectory"]["sessions"]]
+        assert ("fork" in kinds) == fork
+        rewards.append(reward)
+    return rewards
+
+
+def test_compare_by_year_asks_the_winning_year_which_only_pages_show():
+    by_name = gym.make("mosaic/WebQA-Fork-v0", **COMPARE_KW)
+    env = gym.make("mosaic/WebQA-Fork-v0", **COMPARE_KW, compare_answer="year")
+    ids = [t.id for t in env.unwrapped.tasks]
+    assert ids == [t.id for t in by_name.unwrapped.tasks]
+    for named, task in zip(by_name.unwrapped.tasks, env.unwrapped.tasks):
+        years = [int(sub.answer) for sub in named.subtasks]
+        want = max(years) if named.question.endswith("latest?") else min(years)
+        assert task.answer == str(want) and task.answer_kind == "year" and task.aliases == ()
+        assert task.question.startswith(named.question[:-1]) and task.gold_path == named.gold_path
+        assert task.subtasks == named.subtasks and task.split == named.split
+        assert env.unwrapped.task(task.id) == task
+        obs, info = env.reset(seed=1, options={"task_id": task.id})
+        assert _answer_candidates(info) == []  # nothing to guess before reading
+        assert task.answer not in obs
+    # The oracle reads the same pages and answers the year: it solves what it solved when asked for the name
+    # (every task when it forks; in one session the window sometimes overflows, in both modes alike).
+    assert _oracle_rewards(env, ids, fork=True) == [1.0] * len(ids)
+    assert _oracle_rewards(env, ids, fork=False) == _oracle_rewards(by_name, ids, fork=False)
+
+
+def test_compare_answer_is_one_of_two_words():
+    with pytest.raises(ValueError, match=r"compare_answer='names' is unknown: use 'name' \(the winner\) or 'year'"):
+        gym.make("mosaic/WebQA-v0", site_size=120, compare_answer="names")
+    env = gym.make("mosaic/WebQA-v0", site_size=120, split="all", compare_answer="year")
+    assert all(t.answer_kind == "year" for t in env.unwrapped.tasks if t.family == "compare")
+    chain = gym.make("mosaic/WebQA-v0", site_size=120, split="all")
+    assert [t for t in env.unwrapped.tasks if t.family != "compare"] == \
+        [t for t in chain.unwrapped.tasks if t.family != "compare"]

@@ -617,3 +617,33 @@ def _numbered(cells: _Cells) -> tuple[tuple[Task, ...], dict[str, tuple[int, ...
 
 def _with_id(task: Task, task_id: str, subtasks: tuple[Task, ...] | None = None) -> Task:
     return replace(task, id=task_id, subtasks=task.subtasks if subtasks is None else subtasks)
+
+
+COMPARE_ANSWERS = ("name", "year")
+YEAR_REQUEST = "Answer with that year, not the name."
+
+
+def answering_with_year(task: Task) -> Task:
+    """A ``compare`` task asking for the winning year instead of the winner (other tasks as they are).
+
+    "Of A, B and C, whose employer was founded earliest?" names every candidate answer, so a policy that guesses
+    one of the names it was given succeeds once in ``COMPARE_ITEMS`` without reading a page. Asked for the year
+    (the earliest or latest of the sub-questions' answers), nothing in the question is an answer: it must be
+    read. The gold path, sub-questions and split stay the same (the year is the winner's sub-question's answer).
+
+    Example:
+        >>> from envs.web.pages import Pages, template_words
+        >>> world = World(seed=0, size=150, reserved=template_words())
+        >>> task = next(t for t in make_tasks(world, Pages(world))[0] if t.family == "compare")
+        >>> asked = answering_with_year(task)
+        >>> asked.answer in {sub.answer for sub in task.subtasks}, asked.answer_kind
+        (True, 'year')
+    """
+    if task.family != "compare":
+        return task
+    years = [int(sub.answer) for sub in task.subtasks]
+    latest = task.question.endswith(" latest?")
+    if not latest and not task.question.endswith(" earliest?"):
+        raise ValueError(f"task {task.id!r} is not a compare question of this generator: {task.question!r}")
+    answer = str(max(years) if latest else min(years))
+    return replace(task, question=f"{task.question} {YEAR_REQUEST}", answer=answer, aliases=(), answer_kind="year")
