@@ -436,7 +436,7 @@ def pass_at_kt(
     if len(set(task_ids)) < len(task_ids):
         raise ValueError(f"tasks holds repeated ids: {sorted({t for t in task_ids if task_ids.count(t) > 1})}")
     for task_id in task_ids:
-        first.unwrapped.site.task(task_id)  # an unknown id fails here, naming the known ones, not mid-run
+        first.unwrapped.task(task_id)  # an unknown id fails here, naming the known ones, not mid-run
     more: Callable[[], gym.Env] | None = env_fn_or_env
     if given:
         more = (lambda: gym.make(first.spec)) if first.spec is not None else None
@@ -452,7 +452,7 @@ def pass_at_kt(
 
     def write(r: int, traj: Trajectory) -> None:  # as each run ends; its transcript is not kept after
         budget, i, task_id, j = keys[r]
-        log.write(logs.from_trajectory(traj, first.unwrapped.site.task(task_id).question, "eval", group=i,
+        log.write(logs.from_trajectory(traj, first.unwrapped.task(task_id).question, "eval", group=i,
                                        meta={"sample": j, "seed": requests[r].seed, "protocol": protocol}))
         traj.transcript = None
 

@@ -265,13 +265,13 @@ def rl_iteration(config: TrainConfig, it: int, agent: LLMAgent, learner: PolicyG
             else:
                 with times.phase("scoring"):
                     d = credit.likelihood_contributions(group, agent.model, agent.encode_action,
-                                                        env.unwrapped.site.task(group[0].task_id).answer,
+                                                        env.unwrapped.task(group[0].task_id).answer,
                                                         device=config.pg.device)
             contrib_abs.append(float(np.abs(np.concatenate(d)).mean()))
             contrib_positive += list(np.concatenate(d) > 0)
         advantage = learner.session_advantages(group, d)  # (trajectory, session id) -> A_s
         if group and group[0].transcript is not None:
-            question = env.unwrapped.site.task(group[0].task_id).question
+            question = env.unwrapped.task(group[0].task_id).question
             logged += [logs.from_trajectory(t, question, "train", iteration=it, group=t.group, credit=c)
                        for t, c in zip(group, logs.credit_by_session(group, advantage, d, learner))]
         for i, t in enumerate(group):

@@ -79,7 +79,7 @@ class ContextOracle(Agent):
 
     def __init__(self, env: gym.Env, error_rate: float, seed: int):
         self.oracle = OracleAgent(env, error_rate=error_rate, seed=seed)
-        self.site = env.unwrapped.site
+        self.task = env.unwrapped.task  # as the env asks it
         self.error_rate, self.seed = error_rate, seed
         self.session: dict[int, tuple[int, int]] = {}  # env index -> (episode seed, session id) it acts in
 
@@ -98,7 +98,7 @@ class ContextOracle(Agent):
         if self.session.get(index) != here:
             self.oracle.reset(index)
             self.session[index] = here
-        gold = self.site.task(info["task_id"]).answer
+        gold = self.task(info["task_id"]).answer
         rng = step_rng(self.seed + 1, info) or np.random.default_rng(self.seed)
         if (info["session_kind"] == "compact" and gold in observation and not info.get("must_compact")
                 and rng.random() >= self.error_rate):

@@ -94,7 +94,7 @@ def step_times(args: argparse.Namespace, backend: str, bare: "Bare | None" = Non
         start = time.perf_counter()
         _, info = env.reset(seed=seed)
         resets.append(time.perf_counter() - start)
-        task = env.unwrapped.site.task(info["task_id"])
+        task = env.unwrapped.task(info["task_id"])
         for action in script(task):
             recorder.urls.clear()
             start = time.perf_counter()
@@ -187,7 +187,7 @@ def memory_per_env(args: argparse.Namespace) -> dict[str, Any]:
         while len(opened) < count:
             env = make_env(args, "playwright")
             _, info = env.reset(seed=len(opened))
-            for action in script(env.unwrapped.site.task(info["task_id"]))[:5]:
+            for action in script(env.unwrapped.task(info["task_id"]))[:5]:
                 env.step(action)
             opened.append(env)
         time.sleep(0.5)  # let freshly started renderer processes settle before reading their memory
