@@ -316,11 +316,13 @@ def summarize(claim: str, out: str | Path, seeds: int = 3, quick: bool = False) 
         summary = _finished(Path(config.out))
         if summary is not None:
             history = [json.loads(line) for line in (Path(config.out) / "metrics.jsonl").read_text().splitlines()]
-            runs.setdefault(arm.name, {})[seed] = {"summary": summary, "history": history}
+            runs.setdefault(arm.name, {})[seed] = {"summary": summary, "history": history,
+                                                   "settings": _run_settings(Path(config.out))}
     folder = Path(out) / claim
     folder.mkdir(parents=True, exist_ok=True)
-    results: dict[str, Any] = {"claim": claim, "question": spec.question, "preset": PRESETS[spec.preset],
-                               "quick": quick, "arms": {}, "finished": {a: sorted(r) for a, r in runs.items()}}
+    results: dict[str, Any] = {"claim": claim, "question": spec.question, "quick": quick,
+                               "settings": {a: _arm_settings(r) for a, r in runs.items()}, "arms": {},
+                               "finished": {a: sorted(r) for a, r in runs.items()}}
     for arm in spec.arms:
         results["arms"][arm.name] = _arm_results(runs.get(arm.name, {}))
     a, b = spec.arms[0].name, spec.arms[1].name
@@ -341,6 +343,26 @@ def summarize(claim: str, out: str | Path, seeds: int = 3, quick: bool = False) 
         if any(curves.values()):
             plot_pass_at_t(curves, folder / "pass_at_t.png", title=f"{claim}: held-out Pass@(1,T)")
     return results
+
+
+def _run_settings(folder: Path) -> dict[str, Any]:
+    """What the run in ``folder`` was trained with: its own ``config.json`` less its seed and folder (the
+    study's code may have changed since it ran, so its presets are not read here)."""
+    config = json.loads((folder / "config.json").read_text())
+    return {k: v for k, v in config.items() if k not in ("seed", "out")}
+
+
+def _arm_settings(seeds: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """The settings an arm's finished runs share, and the seeds whose settings differ from its first's.
+
+    >>> _arm_settings({0: {"settings": {"lr": 1}}, 1: {"settings": {"lr": 2}}, 2: {"settings": {"lr": 1}}})
+    {'config': {'lr': 1}, 'differs': {1: ['lr']}}
+    """
+    first, *others = sorted(seeds)
+    config = seeds[first]["settings"]
+    differs = {seed: sorted(k for k in set(config) | set(seeds[seed]["settings"])
+                            if config.get(k) != seeds[seed]["settings"].get(k)) for seed in others}
+    return {"config": config, "differs": {seed: keys for seed, keys in differs.items() if keys}}
 
 
 METRICS = ("success", "sessions", "sessions_success", "sessions_failure", "context_tokens", "utility", "wasted_sessions",
@@ -451,13 +473,28 @@ def _verdict(spec: Claim, results: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _settings_line(arm: str, settings: dict[str, Any]) -> str:
+    """One line of what an arm's runs were trained with, read from their own ``config.json``."""
+    c = settings["config"]
+    line = (f"{arm}: `{c['env_id']}` {json.dumps(c['env_kwargs'], sort_keys=True)}; algo {c['algo']}, "
+            f"{c['bc_episodes']} demonstrations x {c['bc_epochs']} epochs, {c['iterations']} iterations of "
+            f"{c['tasks_per_iter']} groups x {c['group_size']}, lr {c['pg']['lr']}"
+            + (f", budgets {c['budgets']}" if c.get("budgets") else ""))
+    if settings["differs"]:
+        line += "; seeds that differ: " + ", ".join(f"{s} ({', '.join(k)})" for s, k in settings["differs"].items())
+    return line
+
+
 def markdown(results: dict[str, Any]) -> str:
     """The results as Markdown: a table per stage and arm, the paired comparison and the verdict."""
     arms = list(results["arms"])
     lines = [f"## {results['claim']}: {results['question']}", "",
              f"Runs finished: " + ", ".join(f"{a} seeds {results['finished'].get(a, [])}" for a in arms)
-             + (" (quick mode: the numbers mean nothing)" if results["quick"] else ""), "",
-             "Held-out metrics, mean ± 95% interval over seeds (warm start → after RL):", "",
+             + (" (quick mode: the numbers mean nothing)" if results["quick"] else ""), ""]
+    for a in arms:
+        if a in results["settings"]:
+            lines += [_settings_line(a, results["settings"][a]), ""]
+    lines += ["Held-out metrics, mean ± 95% interval over seeds (warm start → after RL):", "",
              "| metric | " + " | ".join(arms) + " |", "|---|" + "---|" * len(arms)]
     for m in METRICS:
         cells = [f"{_shown(results['arms'][a]['warm_start'][m])} → {_shown(results['arms'][a]['final'][m])}"

@@ -51,6 +51,24 @@ def test_recovery_reads_the_compaction_runs(study, capsys):
     assert "single-step quality" in capsys.readouterr().out
 
 
+def test_results_report_the_settings_the_runs_used(study, tmp_path):
+    """The settings come from each run's own config.json, not from the study's presets as they are now."""
+    copy = tmp_path / "copy"
+    shutil.copytree(study / "compaction", copy / "compaction")
+    results = json.loads((study / "compaction" / "results.json").read_text())
+    ran = json.loads((study / "compaction" / "mosaic" / "seed0" / "config.json").read_text())
+    assert results["settings"]["mosaic"]["config"]["env_kwargs"] == ran["env_kwargs"]
+    assert results["settings"]["mosaic"]["differs"] == {}
+    config = copy / "compaction" / "mosaic" / "seed1" / "config.json"
+    edited = {**json.loads(config.read_text()), "bc_episodes": 999}
+    config.write_text(json.dumps(edited))
+    assert main(["study", "compaction", "--quick", "--seeds", "2", "--out", str(copy), "--summary-only"]) == 0
+    results = json.loads((copy / "compaction" / "results.json").read_text())
+    assert results["settings"]["mosaic"]["differs"] == {"1": ["bc_episodes"]}
+    assert results["settings"]["broadcast"]["differs"] == {}
+    assert "seeds that differ: 1 (bc_episodes)" in (copy / "compaction" / "results.md").read_text()
+
+
 def test_budgets_adds_one_arm_beside_the_compaction_runs(study):
     assert main(["study", "budgets", "--quick", "--seeds", "1", "--out", str(study)]) == 0
     assert sorted(p.name for p in (study / "compaction").iterdir() if p.is_dir()) == \
