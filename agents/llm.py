@@ -64,14 +64,19 @@ class _Session:
 
 @dataclass
 class _Row:
-    """One sequence of a batched forward pass: cached keys/values, then new tokens."""
+    """One sequence of a batched forward pass: cached keys/values (``past`` tokens), then new tokens.
+
+    The pass consumes ``kv``: once it is copied into the batch, the row lets go of it (``None``), so that a
+    step holds no session's keys twice.
+    """
 
     kv: KV | None
     new_ids: list[int]
+    past: int = 0
 
-    @property
-    def past(self) -> int:
-        return 0 if self.kv is None else self.kv[0][0].shape[2]
+    @classmethod
+    def of(cls, kv: KV | None, new_ids: list[int]) -> "_Row":
+        return cls(kv, new_ids, 0 if kv is None else kv[0][0].shape[2])
 
 
 class LLMAgent(RecordingAgent):
@@ -181,7 +186,7 @@ class LLMAgent(RecordingAgent):
         for key, prompt in zip(keys, prompts):
             ids, kv = self._context(key, prompt)
             prompt_ids.append(ids)
-            rows.append(_Row(kv, ids[0 if kv is None else kv[0][0].shape[2] :]))
+            rows.append(_Row.of(kv, ids[0 if kv is None else kv[0][0].shape[2] :]))
         if forced is not None:
             encoded = [self.encode_action(a) for a in forced]
             results = [(AgentStep(None, [], ids, torch.zeros(len(ids)), a), None) for ids, a in zip(encoded, forced)]
@@ -240,7 +245,9 @@ class LLMAgent(RecordingAgent):
             return self._encode(prompt, True), None
         text, n = reused
         ids = session.ids[:n] + self._encode(prompt[len(text) :], False)
-        kv = session.kv
+        # The session's keys move to this step's row (the step stores the session's new ones when it ends): a
+        # step that fails leaves the session to recompute them, over the same tokens.
+        kv, session.kv = session.kv, None
         if kv is not None:
             # Logits come from the last fed token, so at least one token must be left to feed.
             keep = min(kv[0][0].shape[2], n, len(ids) - 1)
@@ -271,6 +278,8 @@ class LLMAgent(RecordingAgent):
         cache = DynamicCache()
         if past > 0:
             cache = DynamicCache(ddp_cache_data=self._stack_past(rows, past))
+        for row in rows:
+            row.kv = None  # in the batch now (see _Row)
         mask = mask.to(self.device)
         out = self.model(
             input_ids=input_ids.to(self.device),
@@ -380,9 +389,14 @@ class LLMAgent(RecordingAgent):
         host_mask = mask.bool().cpu()
         token_logprobs: dict[tuple[int, int], torch.Tensor] = {}
         sums: dict[tuple[int, int], torch.Tensor] = {}
-        for envs in self._score_chunks(cand_ids, mask.shape[1]):
+        chunks = self._score_chunks(cand_ids, mask.shape[1])
+        for envs in chunks:
             tree = [[Branch(ids, int(next_positions[e]), host_mask[e], (e,)) for ids in cand_ids[e]] for e in envs]
-            scored = score_tree(self.model, _rows_of(cache, envs), tree, last, self._pad_id)
+            # One chunk of every env scores over the batch's cache itself (the pass extends it; nothing reads it
+            # after): no copy of every prompt's keys.
+            rows_cache = cache if len(chunks) == 1 else _rows_of(cache, envs)
+            scored = score_tree(self.model, rows_cache, tree, last, self._pad_id)
+            del rows_cache
             keys = [(e, c) for e in envs for c in range(len(cand_ids[e]))]
             token_logprobs.update(zip(keys, (lp.cpu() for lp in scored.per_branch())))
             sums.update(zip(keys, scored.sums().cpu()))
