@@ -73,6 +73,8 @@ class TrainConfig:
     model: str = "tiny-1m"  # tiny-1m | tiny-3m | tiny-10m | smollm2 | a folder | a hub id
     mode: str = "choose"  # LLMAgent mode: "choose" (score candidates) or "generate" (free text)
     temperature: float = 1.0  # sampling temperature during RL
+    length_normalize: bool = False  # choose mode: score a candidate by its mean token log-prob, not the sum (so a
+    # long candidate, such as a fork's sub-question, is not less likely for its length alone)
     max_new_tokens: int = 128  # generate mode: a step's tokens stop at the first complete call, or here
     prompt_examples: bool = False  # put envs.prompts.EXAMPLE_EXCHANGE (a worked exchange) in every prompt: shows a
     # pretrained instruct model the call format (its tokens are the agent's, outside the env's window)

@@ -27,7 +27,7 @@ SETS = {
     "kl_coef": ("pg.kl_coef",), "micro_batch_tokens": ("pg.micro_batch_tokens",), "bc_episodes": ("bc_episodes",),
     "bc_epochs": ("bc_epochs",), "bc_compact_at": ("bc_compact_at",), "eval_episodes": ("eval_episodes",),
     "num_envs": ("num_envs",), "device": ("pg.device",), "dtype": ("pg.dtype",), "seed": ("seed",),
-    "temperature": ("temperature",), "max_new_tokens": ("max_new_tokens",),
+    "temperature": ("temperature",), "length_normalize": ("length_normalize",), "max_new_tokens": ("max_new_tokens",),
     "prompt_examples": ("prompt_examples",), "lora_rank": ("lora_rank",),
     "log_groups": ("log_groups",), "bc_lr": ("bc_lr",), "eval_initial": ("eval_initial",),
 }  # and --env-kwargs: each key of its JSON, env_kwargs.KEY
@@ -78,6 +78,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--mode", default=d.mode, choices=["choose", "generate"],
                    help="choose: score the env's candidate actions; generate: free text (pretrained models)")
     p.add_argument("--temperature", type=float, default=d.temperature, help="sampling temperature during RL")
+    p.add_argument("--length-normalize", nargs=0, const=True, default=d.length_normalize,
+                   help="choose mode: score a candidate by its mean token log-prob, not the sum")
     p.add_argument("--max-new-tokens", type=at_least(1, "give --max-new-tokens 1 or more"), default=d.max_new_tokens,
                    help="generate mode: a step's tokens stop at its first complete call, or here")
     p.add_argument("--prompt-examples", nargs=0, const=True, default=d.prompt_examples,
@@ -167,7 +169,7 @@ def config_from_args(args: argparse.Namespace):
         tasks_per_iter=args.tasks_per_iter, group_size=args.group_size, budgets=args.budgets,
         estimator=args.estimator, continuations=args.continuations, eval_episodes=args.eval_episodes,
         num_envs=args.num_envs, seed=args.seed, out=args.out or f"runs/{args.algo}", resume=args.resume, pg=pg,
-        temperature=args.temperature, max_new_tokens=args.max_new_tokens, prompt_examples=args.prompt_examples,
+        temperature=args.temperature, length_normalize=args.length_normalize, max_new_tokens=args.max_new_tokens, prompt_examples=args.prompt_examples,
         lora_rank=args.lora_rank,
         log_groups=args.log_groups,
         ray=args.ray, warm_start_from=args.warm_start_from,
