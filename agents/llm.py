@@ -381,7 +381,6 @@ class LLMAgent(RecordingAgent):
         """
         logits, cache, mask, next_positions = self._forward(rows, logits_to_keep=1)
         last = logits[:, -1]
-        prompt_kv = [self._row_kv(cache, mask, i) for i in range(len(rows))]
         del logits
         cand_ids = [[self._encode(c, False) for c in cands] for cands in candidates]
         if any(not ids for env_ids in cand_ids for ids in env_ids):
@@ -400,6 +399,9 @@ class LLMAgent(RecordingAgent):
             keys = [(e, c) for e in envs for c in range(len(cand_ids[e]))]
             token_logprobs.update(zip(keys, (lp.cpu() for lp in scored.per_branch())))
             sums.update(zip(keys, scored.sums().cpu()))
+        # Each session's keys are cut out only now, after the scoring copies are gone: a tree pass over the whole
+        # cache has extended it, but the prompt's columns (where the mask is 1) are as they were.
+        prompt_kv = [self._row_kv(cache, mask, i) for i in range(len(rows))]
         del cache
         # The policy a learner trains: this one, at temperature 1 when sampling is greedy.
         policy = {"temperature": self.temperature or 1.0, "length_normalize": self.length_normalize}
