@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 import os
 
 import pytest
@@ -53,3 +55,24 @@ def ray_cluster():
     yield ray
     if started:
         ray.shutdown()
+
+
+BENCH_ROW_KEYS = {"bench", "name", "value", "unit", "baseline", "baseline_value", "baseline_unit", "ratio"}
+
+
+def bench_smoke(tmp_path, only: tuple[str, ...]) -> dict:
+    """``mosaic bench --smoke --only ONLY``'s results, checked for the shape every report has."""
+    from mosaic_gym.cli import main
+
+    assert main(["bench", "--smoke", "--only", ",".join(only), "--out", str(tmp_path), "--no-progress"]) == 0
+    result = json.loads((tmp_path / "bench.json").read_text())
+    assert result["settings"] == "smoke" and result["errors"] == {}
+    assert set(result["benchmarks"]) == set(only) == set(result["seconds"])
+    rows = result["figures"]
+    assert {row["bench"] for row in rows} == set(only)
+    for row in rows:
+        assert set(row) == BENCH_ROW_KEYS, row
+        assert isinstance(row["value"], (int, float)) and math.isfinite(row["value"]), row
+        if row["baseline_value"] is not None:
+            assert row["ratio"] == round(row["value"] / row["baseline_value"], 4), row
+    return result

@@ -1,0 +1,19 @@
+"""``mosaic bench``'s RL-iteration benchmark at smoke size: three algorithms over the same episodes, and the
+memory run of ``mosaic train`` beside a bare process.
+
+Speeds depend on the machine, so nothing here asserts one (tests/test_bench.py checks the suite's report).
+"""
+
+from __future__ import annotations
+
+from conftest import bench_smoke
+
+
+def test_iteration_bench_runs_every_algorithm_on_the_same_episodes(tmp_path):
+    iteration = bench_smoke(tmp_path, ("iteration",))["benchmarks"]["iteration"]
+    assert iteration["same_trajectories"], iteration["rows"]  # the three rows ran the same episodes
+    assert iteration["rows"]["broadcast"]["continuations_s"] == iteration["rows"]["broadcast"]["scoring_s"] == 0
+    assert iteration["rows"]["mosaic-rollout"]["continuations_s"] > 0 < iteration["rows"]["mosaic-likelihood"]["scoring_s"]
+    memory = iteration["memory"]
+    # (at smoke size a run's peak can be the bare process's own, reached while both load the same libraries)
+    assert memory["peak_rss_mb"] >= memory["bare_peak_rss_mb"] > 0
