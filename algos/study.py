@@ -82,7 +82,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 QUICK = {"bc_episodes": 4, "bc_epochs": 1, "iterations": 1, "tasks_per_iter": 1, "group_size": 4,
          "eval_episodes": 1, "num_envs": 4, "continuations": 1}
 QUICK_ENV = {"compaction": {"site_size": 120, "hops": 1, "session_max_tokens": 700, "max_steps": 8},
-             "fork": {"site_size": 120, "hops": 2, "max_steps": 12}}
+             "fork": {"site_size": 120, "hops": 2, "max_steps": 12, "session_max_tokens": 1600}}
 # Sized to fit a working session: the compaction claim (3 warm starts, 6 RL runs) took 51 minutes with --jobs 2 on
 # 2 cores shared with other work.
 FULL = {"iterations": 5, "tasks_per_iter": 4, "group_size": 8, "eval_episodes": 1, "num_envs": 32,
