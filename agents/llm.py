@@ -72,11 +72,7 @@ class _Row:
 
     kv: KV | None
     new_ids: list[int]
-    past: int = 0
-
-    @classmethod
-    def of(cls, kv: KV | None, new_ids: list[int]) -> "_Row":
-        return cls(kv, new_ids, 0 if kv is None else kv[0][0].shape[2])
+    past: int
 
 
 class LLMAgent(RecordingAgent):
@@ -186,7 +182,8 @@ class LLMAgent(RecordingAgent):
         for key, prompt in zip(keys, prompts):
             ids, kv = self._context(key, prompt)
             prompt_ids.append(ids)
-            rows.append(_Row.of(kv, ids[0 if kv is None else kv[0][0].shape[2] :]))
+            past = 0 if kv is None else kv[0][0].shape[2]
+            rows.append(_Row(kv, ids[past:], past))
         if forced is not None:
             encoded = [self.encode_action(a) for a in forced]
             results = [(AgentStep(None, [], ids, torch.zeros(len(ids)), a), None) for ids, a in zip(encoded, forced)]

@@ -136,7 +136,8 @@ BC_MICRO_BATCH_TOKENS = 8192  # the warm start's padded tokens per forward/backw
 def make_agent(config: TrainConfig, model: torch.nn.Module, tokenizer: Any) -> LLMAgent:
     """The run's agent: its mode, temperature, token limit, prompt examples, seed and device."""
     return LLMAgent(model, tokenizer, mode=config.mode, temperature=config.temperature, seed=config.seed,
-                    length_normalize=config.length_normalize, device=config.pg.device, max_new_tokens=config.max_new_tokens,
+                    length_normalize=config.length_normalize, device=config.pg.device,
+                    max_new_tokens=config.max_new_tokens,
                     examples=EXAMPLE_EXCHANGE if config.prompt_examples else ())
 
 
