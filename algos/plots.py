@@ -107,3 +107,39 @@ def plot_pass_at_t(curves: dict[str, dict[str, dict[str, dict[str, Any]]]], path
     fig.tight_layout()
     fig.savefig(path)
     return path
+
+
+def plot_credit(groups: Sequence[dict[str, Any]], path: str | Path, title: str = "credit") -> Path:
+    """Each session's Mosaic advantage against its broadcast advantage on the same group, one panel per group
+    kind, coloured by session kind, filled for a success and hollow for a failure; the diagonal is where the two
+    agree. ``groups`` are :func:`algos.credit_compare.credit_groups`' (any number of runs pooled)."""
+    from .credit_compare import GROUP_KINDS, ROLES
+
+    path = Path(path)
+    fig = Figure(figsize=(13, 4.5), dpi=100)
+    colors = dict(zip(ROLES, ("tab:blue", "tab:orange", "tab:green")))
+    for k, kind in enumerate(GROUP_KINDS):
+        ax = fig.add_subplot(1, len(GROUP_KINDS), k + 1)
+        sessions = [s for g in groups if g["kind"] == kind for s in g["sessions"]]
+        for role in ROLES:
+            for outcome in ("success", "failure"):
+                xs = [b for o, r, b, _ in sessions if r == role and o == outcome]
+                ys = [m for o, r, _, m in sessions if r == role and o == outcome]
+                if xs:
+                    ax.scatter(xs, ys, s=14, alpha=0.6, label=f"{role}, {outcome}", edgecolors=colors[role],
+                               facecolors=colors[role] if outcome == "success" else "none")
+        values = [v for s in sessions for v in s[2:]]
+        if values:
+            lo, hi = min(values) - 0.1, max(values) + 0.1
+            ax.plot([lo, hi], [lo, hi], color="grey", linewidth=0.8, linestyle="--")
+            ax.legend(loc="best", fontsize=7)
+        n = sum(g["kind"] == kind for g in groups)
+        ax.set_title(f"{kind.replace('_', ' ')} ({n} groups)", fontsize=10)
+        ax.set_xlabel("broadcast advantage")
+        ax.set_ylabel("Mosaic advantage")
+        ax.axhline(0, color="grey", linewidth=0.5)
+        ax.grid(alpha=0.3)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path)
+    return path

@@ -294,10 +294,10 @@ def interval(values: Sequence[float]) -> dict[str, Any]:
     return {"mean": round(float(xs.mean()), 3), "ci95": half, "n": int(xs.size)}
 
 
-def _shown(cell: dict[str, Any]) -> str:
+def _shown(cell: dict[str, Any], digits: int = 3) -> str:
     if cell["mean"] is None:
         return "n/a"
-    return f"{cell['mean']:.3f}" + (f" ± {cell['ci95']:.3f}" if cell["ci95"] is not None else "")
+    return f"{cell['mean']:.{digits}f}" + (f" ± {cell['ci95']:.{digits}f}" if cell["ci95"] is not None else "")
 
 
 def _held(cell: dict[str, Any], sign: int = 1) -> str:
@@ -320,7 +320,7 @@ def summarize(claim: str, out: str | Path, seeds: int = 3, quick: bool = False) 
         summary = _finished(Path(config.out))
         if summary is not None:
             history = [json.loads(line) for line in (Path(config.out) / "metrics.jsonl").read_text().splitlines()]
-            runs.setdefault(arm.name, {})[seed] = {"summary": summary, "history": history,
+            runs.setdefault(arm.name, {})[seed] = {"summary": summary, "history": history, "folder": Path(config.out),
                                                    "settings": _run_settings(Path(config.out))}
     folder = Path(out) / claim
     folder.mkdir(parents=True, exist_ok=True)
@@ -335,6 +335,8 @@ def summarize(claim: str, out: str | Path, seeds: int = 3, quick: bool = False) 
         results["budgets"] = _budget_results(runs, a, b)
     if spec.kind == "recovery":
         results["recovery"] = {name: _recovery_results(r) for name, r in runs.items()}
+    if spec.kind == "credit":
+        results["credit"] = _credit_results(runs, plot=folder / "credit")
     results["verdict"] = _verdict(spec, results)
     (folder / "results.json").write_text(json.dumps(results, indent=2))
     (folder / "results.md").write_text(markdown(results))
@@ -455,6 +457,50 @@ def _recovery_results(seeds: dict[int, dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+# What the study reports of each seed's compare_credit, as intervals over seeds.
+CREDIT_SHARES = ("failures_credited", "successes_blamed", "correlation")
+
+
+def _credit_results(runs: dict[str, dict[int, dict[str, Any]]],
+                    plot: Path | None = None) -> dict[str, Any]:
+    """Where Mosaic's advantages differ from broadcast's on the same groups (:mod:`algos.credit_compare`), per
+    Mosaic arm: each seed's comparison over its logged training groups, and intervals over seeds; with ``plot``,
+    a PNG of every session's two advantages (``<plot>-<arm>.png``, all seeds pooled)."""
+    from . import logs
+    from .credit_compare import GROUP_KINDS, compare_credit, credit_groups
+    from .plots import plot_credit
+
+    out: dict[str, Any] = {}
+    for name, seeds in runs.items():
+        if seeds[min(seeds)]["settings"].get("algo") != "mosaic":
+            continue
+        per_seed, pooled = {}, []
+        for seed, r in sorted(seeds.items()):
+            records = [rec for path in logs.find_logs(r["folder"]) for rec in logs.read(path)]
+            compared = compare_credit(records)
+            if compared["groups"]["n"]:
+                per_seed[seed] = compared
+                pooled += credit_groups(records)
+        if not per_seed:
+            continue
+        if plot is not None:
+            plot_credit(pooled, plot.with_name(f"{plot.name}-{name}.png"),
+                        title=f"{name}: each session's Mosaic advantage against broadcast's on the same group "
+                              f"(seeds {sorted(per_seed)}, training groups)")
+        cs = list(per_seed.values())
+        roles = sorted({k for c in cs for k in c["sessions"]})
+        out[name] = {
+            "seeds": sorted(per_seed), "groups_per_seed": interval([c["groups"]["n"] for c in cs]),
+            "groups": {k: {m: interval([c["groups"][k][m] for c in cs]) for m in ("share", "differ", "reversed",
+                                                                                  "split")} for k in GROUP_KINDS},
+            "pairs": {m: interval([c["pairs"][m] for c in cs]) for m in ("reversed", "split")},
+            **{m: interval([c[m] for c in cs]) for m in CREDIT_SHARES},
+            "sessions": {k: {m: interval([c["sessions"][k][m] for c in cs if k in c["sessions"]])
+                             for m in ("n", "broadcast", "mosaic", "new_credit", "flipped")} for k in roles},
+            "per_seed": per_seed}
+    return out
+
+
 def _verdict(spec: Claim, results: dict[str, Any]) -> list[str]:
     a, b = spec.arms[0].name, spec.arms[1].name
     paired = results["paired"]
@@ -478,15 +524,54 @@ def _verdict(spec: Claim, results: dict[str, Any]) -> list[str]:
 
 
 def _settings_line(arm: str, settings: dict[str, Any]) -> str:
-    """One line of what an arm's runs were trained with, read from their own ``config.json``."""
+    """One line of what an arm's runs were trained with, read from their own ``config.json`` (a key a file
+    lacks shows as ``?``: the line describes what is there and never fails on a file it did not write).
+
+    >>> _settings_line("a", {"config": {"algo": "mosaic", "pg": {"lr": 1e-4}, "length_normalize": True},
+    ...                      "differs": {2: ["lr"]}})
+    'a: `?` {}; algo mosaic, ? demonstrations x ? epochs, ? iterations of ? groups x ?, lr 0.0001, candidates scored by mean token log-prob, ? held-out runs per task; seeds that differ: 2 (lr)'
+    """
     c = settings["config"]
-    line = (f"{arm}: `{c['env_id']}` {json.dumps(c['env_kwargs'], sort_keys=True)}; algo {c['algo']}, "
-            f"{c['bc_episodes']} demonstrations x {c['bc_epochs']} epochs, {c['iterations']} iterations of "
-            f"{c['tasks_per_iter']} groups x {c['group_size']}, lr {c['pg']['lr']}"
-            + (f", budgets {c['budgets']}" if c.get("budgets") else ""))
+    get = lambda key: c.get(key, "?")  # noqa: E731
+    pg = c.get("pg") if isinstance(c.get("pg"), dict) else {}
+    line = (f"{arm}: `{get('env_id')}` {json.dumps(c.get('env_kwargs', {}), sort_keys=True)}; algo {get('algo')}, "
+            f"{get('bc_episodes')} demonstrations x {get('bc_epochs')} epochs, {get('iterations')} iterations of "
+            f"{get('tasks_per_iter')} groups x {get('group_size')}, lr {pg.get('lr', '?')}"
+            + (f", budgets {c['budgets']}" if c.get("budgets") else "")
+            + (", candidates scored by mean token log-prob" if c.get("length_normalize") else "")
+            + f", {get('eval_episodes')} held-out runs per task")
     if settings["differs"]:
         line += "; seeds that differ: " + ", ".join(f"{s} ({', '.join(k)})" for s, k in settings["differs"].items())
     return line
+
+
+_GROUP_NAMES = {"all_success": "all successes", "mixed": "mixed rewards", "all_failure": "all failures"}
+
+
+def _credit_markdown(credit: dict[str, Any]) -> list[str]:
+    """The section on where Mosaic's credit differs from broadcast's, one per Mosaic arm."""
+    lines = []
+    for arm, c in credit.items():
+        lines += [f"Where Mosaic's credit differs from broadcast's (arm {arm}: both advantages of every session of its "
+                  f"logged training groups, {_shown(c['groups_per_seed'], 1)} groups per seed, seeds {c['seeds']}; "
+                  "mean ± 95% interval over seeds; docs/algorithms.md, section 8):", "",
+                  "| groups | share of groups | groups where Mosaic ≠ broadcast | session pairs reversed | "
+                  "session pairs split |", "|---|---|---|---|---|"]
+        for k, name in _GROUP_NAMES.items():
+            g = c["groups"][k]
+            lines.append(f"| {name} | {_shown(g['share'])} | {_shown(g['differ'])} | {_shown(g['reversed'])} | "
+                         f"{_shown(g['split'])} |")
+        lines += [f"| all | 1 | | {_shown(c['pairs']['reversed'])} | {_shown(c['pairs']['split'])} |", "",
+                  "| sessions (trajectory / kind) | per seed | mean broadcast | mean Mosaic | credit where broadcast "
+                  "has none | sign flipped |", "|---|---|---|---|---|---|"]
+        for k, s in c["sessions"].items():
+            lines.append(f"| {k.replace('/', ' / ')} | {_shown(s['n'], 1)} | {_shown(s['broadcast'])} | "
+                         f"{_shown(s['mosaic'])} | {_shown(s['new_credit'])} | {_shown(s['flipped'])} |")
+        lines += ["", f"Sessions of failed trajectories with positive Mosaic credit: {_shown(c['failures_credited'])}; "
+                      f"sessions of successes with negative Mosaic credit: {_shown(c['successes_blamed'])} (broadcast "
+                      f"gives neither); correlation of the two over mixed groups' sessions: "
+                      f"{_shown(c['correlation'])}.", ""]
+    return lines
 
 
 def markdown(results: dict[str, Any]) -> str:
@@ -519,5 +604,9 @@ def markdown(results: dict[str, Any]) -> str:
             lines.append(f"- {name}: RL gain at T " + ", ".join(f"{t}: {_shown(c)}" for t, c in b["gain_at"].items())
                          + f"; Pass@(1,T) spread across T {_shown(b['spread_across_t'])}")
         lines.append("")
+    if "credit" in results:
+        lines += _credit_markdown(results["credit"]) or [
+            "Where Mosaic's credit differs from broadcast's: no Mosaic run of this claim logged training groups "
+            "(runs made before trajectory logs); rerun its Mosaic arm to see it.", ""]
     lines += ["Verdict:", ""] + [f"- {v}" for v in results["verdict"]] + [""]
     return "\n".join(lines)

@@ -33,6 +33,11 @@ def test_compaction_quick_runs_both_arms_paired(study, capsys):
     assert results["paired"]["success"]["n"] == 2
     assert results["arms"]["mosaic"]["final"]["sessions"]["n"] == 2
     assert len(results["verdict"]) == 2 and "sessions" in results["verdict"][1]
+    # Where the two credits differ, read from the Mosaic arm's logged training groups (broadcast's estimate no D).
+    assert set(results["credit"]) == {"mosaic"} and results["credit"]["mosaic"]["seeds"] == [0, 1]
+    assert results["credit"]["mosaic"]["groups_per_seed"]["mean"] >= 1
+    assert (study / "compaction" / "credit-mosaic.png").stat().st_size > 0
+    assert "Where Mosaic's credit differs" in (study / "compaction" / "results.md").read_text()
 
 
 def test_a_finished_study_is_not_run_again(study, capsys):
