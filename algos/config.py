@@ -94,6 +94,8 @@ class TrainConfig:
     estimator: str = "rollout"  # Mosaic's marginal contribution: "rollout" or "likelihood"
     continuations: int = 2  # Mosaic rollout estimator: continuations M per session boundary
     eval_episodes: int = 4  # held-out runs per test task for the success rate
+    eval_tasks: int | None = None  # held-out evaluation on the first N test tasks only (None: every test task); for
+    # quick checks: the full held-out success needs every task
     eval_initial: bool = False  # also measure held-out success before the warm start
     eval_budgets: list | None = None  # also held-out Pass@(1,T) at these budgets T, after warm start and RL
     num_envs: int = 48  # envs stepped side by side
@@ -114,6 +116,8 @@ class TrainConfig:
             raise ValueError(f"estimator={self.estimator!r}: use 'rollout' or 'likelihood'")
         self.bc_styles = check_styles(self.bc_styles)
         _check_count("log_groups", self.log_groups, 0, "give how many groups per iteration to log (0: none)")
+        if self.eval_tasks is not None:
+            _check_count("eval_tasks", self.eval_tasks, 1, "give how many test tasks to evaluate on (None: all)")
         if self.eval_budgets is not None:
             if not (isinstance(self.eval_budgets, (list, tuple)) and self.eval_budgets
                     and all(isinstance(t, int) and not isinstance(t, bool) and t >= 1 for t in self.eval_budgets)):

@@ -80,7 +80,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 # --quick: the same presets on a small site with tiny runs (what the tests run; the numbers mean nothing).
 QUICK = {"bc_episodes": 4, "bc_epochs": 1, "iterations": 1, "tasks_per_iter": 1, "group_size": 4,
-         "eval_episodes": 1, "num_envs": 4, "continuations": 1}
+         "eval_episodes": 1, "eval_tasks": 3, "num_envs": 4, "continuations": 1}
 QUICK_ENV = {"compaction": {"site_size": 120, "hops": 1, "session_max_tokens": 700, "max_steps": 8},
              "fork": {"site_size": 120, "hops": 2, "max_steps": 12, "session_max_tokens": 1600}}
 # Sized to fit a working session: the compaction claim (3 warm starts, 6 RL runs) took 51 minutes with --jobs 2 on
@@ -539,7 +539,8 @@ def _settings_line(arm: str, settings: dict[str, Any]) -> str:
             f"{get('tasks_per_iter')} groups x {get('group_size')}, lr {pg.get('lr', '?')}"
             + (f", budgets {c['budgets']}" if c.get("budgets") else "")
             + (", candidates scored by mean token log-prob" if c.get("length_normalize") else "")
-            + f", {get('eval_episodes')} held-out runs per task")
+            + f", {get('eval_episodes')} held-out runs per task"
+            + (f" on the first {c['eval_tasks']} test tasks" if c.get("eval_tasks") else ""))
     if settings["differs"]:
         line += "; seeds that differ: " + ", ".join(f"{s} ({', '.join(k)})" for s, k in settings["differs"].items())
     return line

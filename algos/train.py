@@ -349,12 +349,13 @@ def budget_sampler(config: TrainConfig) -> Any:
 
 def evaluate(agent: LLMAgent, collector: Collector, config: TrainConfig, label: str
              ) -> dict[str, float]:
-    """Held-out success: ``eval_episodes`` runs of every test task, sampled as in training.
+    """Held-out success: ``eval_episodes`` runs of every test task (the first ``eval_tasks`` of them where it is
+    set), sampled as in training.
 
     The agent's sampling generator is left as it was, so evaluating changes nothing that training samples
     (a finished run extended with ``resume`` continues as one that never stopped to evaluate).
     """
-    tasks = gym.make(config.env_id, **{**config.env_kwargs, "split": "test"}).unwrapped.tasks
+    tasks = gym.make(config.env_id, **{**config.env_kwargs, "split": "test"}).unwrapped.tasks[:config.eval_tasks]
     requests = [Request(seed=1_000_003 + k, options={"task_id": t.id})
                 for k, t in enumerate(tasks) for _ in range(config.eval_episodes)]
     budgets = config.eval_budgets or []

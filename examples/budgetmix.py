@@ -50,7 +50,8 @@ def main(argv: list[str] | None = None) -> dict:
                        iterations=0, seed=args.seed, out=str(out / "warm_start"))
     if args.quick:
         base = dataclasses.replace(base, env_kwargs={**base.env_kwargs, "site_size": 150}, bc_episodes=16,
-                                   bc_epochs=1, tasks_per_iter=2, group_size=2, eval_episodes=1, num_envs=8)
+                                   bc_epochs=1, tasks_per_iter=2, group_size=2, eval_episodes=1, eval_tasks=4,
+                                   num_envs=8)
         args.iterations, args.n, args.ts = 1, 1, "2,4,8"
     ts = [int(t) for t in args.ts.split(",")]
 
@@ -64,7 +65,9 @@ def main(argv: list[str] | None = None) -> dict:
         model, tokenizer = load_model(str(out / name / "final"))
         agent = LLMAgent(model, tokenizer, mode="choose", seed=args.seed)
         make = lambda: gym.make("mosaic/WebQA-v0", **{**base.env_kwargs, "split": "test"})  # noqa: E731
-        result = pass_at_kt(agent, make, ks=[1], ts=ts, n=args.n, protocol="rerun", num_envs=base.num_envs)
+        tasks = [t.id for t in make().unwrapped.tasks[:base.eval_tasks]]  # every test task but with --quick
+        result = pass_at_kt(agent, make, ks=[1], ts=ts, n=args.n, protocol="rerun", num_envs=base.num_envs,
+                            tasks=tasks)
         result.save(out / name)
         results[name] = {"budgets": budgets or "none (no RL)", "pass_at_1": dict(zip(ts, result.table[0].tolist()))}
         print(f"{name} ({results[name]['budgets']}):", result.markdown())

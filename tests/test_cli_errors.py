@@ -98,6 +98,7 @@ def test_site_serve_on_a_port_in_use_is_one_line(tmp_path, capsys):
     (["--site-size", "5"], "site_size must be a whole number >= 60"),
     (["--env-kwargs", '{"max_step": 3}'], "did you mean 'max_steps'"),
     (["--hops", "1-x"], "argument --hops: '1-x': use a number (2) or a range (1-3)"),
+    (["--eval-tasks", "0"], "argument --eval-tasks: '0': give how many test tasks to evaluate on"),
 ])
 def test_bad_train_arguments_are_one_line_and_leave_no_run_folder(tmp_path, capsys, argv, fragment):
     out = tmp_path / "run"

@@ -34,7 +34,8 @@ from conftest import SITE_SIZE
 ARGS = ["--site-size", str(SITE_SIZE), "--max-steps", "6", "--session-max-tokens", "500",
         "--env-kwargs", '{"chunk_tokens": 96}', "--bc-episodes", "2", "--bc-epochs", "1", "--iterations", "2",
         "--tasks-per-iter", "1", "--group-size", "2", "--estimator", "likelihood", "--continuations", "1",
-        "--eval-episodes", "1", "--num-envs", "2", "--seed", "3", "--lr", "0.01", "--kl-coef", "0.05"]
+        "--eval-episodes", "1", "--eval-tasks", "3", "--num-envs", "2", "--seed", "3", "--lr", "0.01",
+        "--kl-coef", "0.05"]
 
 
 def _config(out: Path, **changes):

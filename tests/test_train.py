@@ -33,7 +33,7 @@ ENV = {"site_size": SITE_SIZE, "hops": 1, "max_steps": 6, "candidates": True, "c
 def _config(out: Path, algo: str, iterations: int, **changes) -> TrainConfig:
     config = TrainConfig(algo=algo, env_kwargs=dict(ENV), model="tiny-1m", bc_episodes=4, bc_epochs=1,
                          bc_compact_at=None, iterations=iterations, tasks_per_iter=2, group_size=2, continuations=1,
-                         eval_episodes=1, eval_initial=True, num_envs=4, seed=3, out=str(out),
+                         eval_episodes=1, eval_tasks=3, eval_initial=True, num_envs=4, seed=3, out=str(out),
                          pg=PGConfig(lr=1e-2, kl_coef=0.05),
                          # Untrained policies fail every task (zero reward advantages); the likelihood estimator
                          # still gives sessions distinct advantages, so RL moves the parameters.
@@ -100,6 +100,7 @@ def test_a_tiny_run_writes_metrics_summary_plot_and_checkpoint(request, run):
     # The gain is paired task by task, over every test task (each run eval_episodes times).
     before, after = summary["success_warm_start"], summary["success_final"]
     assert set(before["per_task"]) == set(after["per_task"])
+    assert len(after["per_task"]) == 3  # eval_tasks: the first 3 test tasks, not all of them
     assert sum(before["per_task"].values()) / len(before["per_task"]) == pytest.approx(before["success"])
     assert summary["rl_gain"] == pytest.approx(after["success"] - before["success"])
     image = matplotlib.image.imread(out / "training.png")
@@ -255,3 +256,10 @@ def test_a_run_logs_its_sampled_groups_with_each_sessions_credit(request, run):
             z = (rewards - rewards.mean()) / (rewards.std() + 1e-6)
             for r, expected in zip(group, z):
                 assert [s["credit_broadcast"] for s in r["sessions"]] == pytest.approx([expected] * len(r["sessions"]))
+
+
+def test_eval_tasks_below_one_is_refused_naming_it():
+    for bad in (0, -1, True, 2.0):
+        with pytest.raises(ValueError, match=f"eval_tasks={bad!r}: give how many test tasks"):
+            TrainConfig(eval_tasks=bad)
+    assert TrainConfig(eval_tasks=2).eval_tasks == 2 and TrainConfig().eval_tasks is None

@@ -26,6 +26,7 @@ SETS = {
     "lambda_use": ("pg.lambda_use",), "beta": ("pg.beta",), "dr_grpo": ("pg.normalize_std",), "lr": ("pg.lr",),
     "kl_coef": ("pg.kl_coef",), "micro_batch_tokens": ("pg.micro_batch_tokens",), "bc_episodes": ("bc_episodes",),
     "bc_epochs": ("bc_epochs",), "bc_compact_at": ("bc_compact_at",), "eval_episodes": ("eval_episodes",),
+    "eval_tasks": ("eval_tasks",),
     "num_envs": ("num_envs",), "device": ("pg.device",), "dtype": ("pg.dtype",), "seed": ("seed",),
     "temperature": ("temperature",), "length_normalize": ("length_normalize",),
     "max_new_tokens": ("max_new_tokens",),
@@ -112,6 +113,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="the demonstrating oracle compacts past this fraction of the window (default: only when "
                         "the env asks)")
     p.add_argument("--eval-episodes", type=int, default=d.eval_episodes, help="held-out runs per test task")
+    p.add_argument("--eval-tasks", type=at_least(1, "give how many test tasks to evaluate on"), default=d.eval_tasks,
+                   help="evaluate on the first N test tasks only, for quick checks (default: every test task)")
     p.add_argument("--num-envs", type=int, default=d.num_envs, help="envs stepped side by side")
     p.add_argument("--device", type=device, default="cpu", help="cpu, cuda, cuda:1, ...")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="training dtype")
@@ -169,7 +172,7 @@ def config_from_args(args: argparse.Namespace):
         iterations=args.iterations,
         tasks_per_iter=args.tasks_per_iter, group_size=args.group_size, budgets=args.budgets,
         estimator=args.estimator, continuations=args.continuations, eval_episodes=args.eval_episodes,
-        num_envs=args.num_envs, seed=args.seed, out=args.out or f"runs/{args.algo}", resume=args.resume, pg=pg,
+        eval_tasks=args.eval_tasks, num_envs=args.num_envs, seed=args.seed, out=args.out or f"runs/{args.algo}", resume=args.resume, pg=pg,
         temperature=args.temperature, length_normalize=args.length_normalize, max_new_tokens=args.max_new_tokens,
         prompt_examples=args.prompt_examples,
         lora_rank=args.lora_rank,
