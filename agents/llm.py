@@ -31,7 +31,7 @@ from envs.actions import call_complete
 from envs.prompts import render_transcript
 
 from .base import RecordingAgent
-from .lm import Branch, cache_kwarg, candidate_log_policy, score_tree
+from .lm import Branch, cache_kwarg, candidate_log_policy, reserved_cache, score_tree
 from .records import AgentStep
 
 KV = tuple[tuple[torch.Tensor, torch.Tensor], ...]
@@ -253,13 +253,15 @@ class LLMAgent(RecordingAgent):
 
     # --- batched forward passes -----------------------------------------------------------------------
     def _forward(
-        self, rows: Sequence[_Row], logits_to_keep: int = 0
+        self, rows: Sequence[_Row], logits_to_keep: int = 0, room: int = 0
     ) -> tuple[torch.Tensor, DynamicCache, torch.Tensor, torch.Tensor]:
         """One pass over a batch of rows; returns logits of the new tokens, the cache, the mask and next positions.
 
         Layout: each row's cached keys/values are right-aligned in the first ``P`` columns and its new tokens
         right-aligned in the last ``S``; the gap between is masked padding. Position ids are each row's own
         (cached length onward), so rotary embeddings match an unpadded pass; the causal mask runs over columns.
+        The cache holds room for the ``S`` columns and ``room`` more (the passes that follow on it), written in
+        place (:func:`agents.lm.reserved_cache`).
         """
         batch, past = len(rows), max(r.past for r in rows)
         width = max(len(r.new_ids) for r in rows)
@@ -274,7 +276,7 @@ class LLMAgent(RecordingAgent):
             mask[i, past + width - n :] = 1
         cache = DynamicCache()
         if past > 0:
-            cache = DynamicCache(ddp_cache_data=self._stack_past(rows, past))
+            cache = reserved_cache(self._stack_past(rows, past, past + width + room), past)
         for row in rows:
             row.kv = None  # in the batch now (see _Row)
         mask = mask.to(self.device)
@@ -289,16 +291,17 @@ class LLMAgent(RecordingAgent):
         next_positions = torch.tensor([r.past + len(r.new_ids) for r in rows], device=self.device)
         return out.logits, cache, mask, next_positions
 
-    def _stack_past(self, rows: Sequence[_Row], past: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    def _stack_past(self, rows: Sequence[_Row], past: int, capacity: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """The rows' cached keys and values right-aligned in the first ``past`` of ``capacity`` columns."""
         template = next(r.kv for r in rows if r.kv is not None)
         layers = []
         for layer, (k0, v0) in enumerate(template):
-            keys = k0.new_zeros((len(rows), k0.shape[1], past, k0.shape[3]))
-            values = v0.new_zeros((len(rows), v0.shape[1], past, v0.shape[3]))
+            keys = k0.new_zeros((len(rows), k0.shape[1], capacity, k0.shape[3]))
+            values = v0.new_zeros((len(rows), v0.shape[1], capacity, v0.shape[3]))
             for i, row in enumerate(rows):
                 if row.kv is not None:
-                    keys[i, :, past - row.past :] = row.kv[layer][0][0]
-                    values[i, :, past - row.past :] = row.kv[layer][1][0]
+                    keys[i, :, past - row.past : past] = row.kv[layer][0][0]
+                    values[i, :, past - row.past : past] = row.kv[layer][1][0]
             layers.append((keys, values))
         return layers
 
@@ -324,7 +327,7 @@ class LLMAgent(RecordingAgent):
 
     # --- generate ---------------------------------------------------------------------------------------
     def _generate(self, rows: Sequence[_Row]) -> list[tuple[AgentStep, KV]]:
-        logits, cache, mask, positions = self._forward(rows, logits_to_keep=1)
+        logits, cache, mask, positions = self._forward(rows, logits_to_keep=1, room=self.max_new_tokens)
         batch = len(rows)
         gen: list[list[int]] = [[] for _ in range(batch)]
         logprobs: list[list[float]] = [[] for _ in range(batch)]
@@ -376,16 +379,18 @@ class LLMAgent(RecordingAgent):
         attends to the whole prompt and to its own candidate's earlier tokens only, at the positions it would
         have right after the prompt (:func:`agents.lm.score_tree`, the learner's scorer too).
         """
-        logits, cache, mask, next_positions = self._forward(rows, logits_to_keep=1)
-        last = logits[:, -1]
-        del logits
         cand_ids = [[self._encode(c, False) for c in cands] for cands in candidates]
         if any(not ids for env_ids in cand_ids for ids in env_ids):
             raise ValueError("every candidate must be a non-empty action string")
+        chunks = self._score_chunks(cand_ids, max(r.past for r in rows) + max(len(r.new_ids) for r in rows))
+        # One chunk scores over the batch's cache itself, which then grows by the tree's width: room for it.
+        room = max(sum(map(len, ids)) for ids in cand_ids) if len(chunks) == 1 else 0
+        logits, cache, mask, next_positions = self._forward(rows, logits_to_keep=1, room=room)
+        last = logits[:, -1]
+        del logits
         host_mask = mask.bool().cpu()
         token_logprobs: dict[tuple[int, int], torch.Tensor] = {}
         sums: dict[tuple[int, int], torch.Tensor] = {}
-        chunks = self._score_chunks(cand_ids, mask.shape[1])
         for envs in chunks:
             tree = [[Branch(ids, int(next_positions[e]), host_mask[e], (e,)) for ids in cand_ids[e]] for e in envs]
             # One chunk of every env scores over the batch's cache itself (the pass extends it; nothing reads it

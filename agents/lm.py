@@ -7,6 +7,8 @@ trains is the one the agent sampled from by construction, not by a test keeping 
 - :func:`cache_kwarg`: the forward argument that takes a KV cache, whatever the Transformers version.
 - :func:`attention_mask_4d`: a custom ``(batch, 1, query, key)`` mask in the form the model's attention takes.
 - :func:`score_tree`: the token log-probs of many candidate continuations in one tree-masked pass over a cache.
+- :func:`reserved_cache`: a KV cache with room for the columns a step will add, written in place (no copy of
+  the whole cache per forward pass, as a ``DynamicCache`` makes).
 - :func:`candidate_log_policy`: the choose-mode policy, ``log softmax(score / temperature)`` over each choice's
   candidates, from the candidates' summed token log-probs; the agent samples from it, the learner trains it.
 
@@ -31,6 +33,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import inspect
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
@@ -99,6 +102,61 @@ class TreeScores:
         return [torch.cat([self.first[b : b + 1], own]) for b, own in enumerate(later)]
 
 
+def reserved_cache(layers: Sequence[tuple[torch.Tensor, torch.Tensor]], length: int) -> DynamicCache:
+    """A cache over per-layer ``(keys, values)`` buffers of shape ``(batch, heads, capacity, head_dim)`` whose
+    first ``length`` columns hold the cache: each forward pass writes its new columns into the buffers' room.
+
+    A ``DynamicCache`` concatenates each pass's columns to the layer's whole cache, a new copy of every layer's
+    keys and values per pass while the old one is still held. The attention reads the same keys and values in
+    the same order either way. A pass past the capacity concatenates, as a ``DynamicCache`` does. For acting
+    only (no gradient: the buffers are written in place).
+
+    >>> keys = torch.zeros(1, 1, 4, 2)
+    >>> cache = reserved_cache([(keys, keys.clone())], length=1)
+    >>> k, v = cache.update(torch.ones(1, 1, 2, 2), torch.ones(1, 1, 2, 2), 0)
+    >>> k.shape[2], cache.get_seq_length(), k.data_ptr() == keys.data_ptr()
+    (3, 3, True)
+    """
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    layer = _reserved_layer_class()
+    cache.layers = [layer(k, v, length) for k, v in layers]
+    return cache
+
+
+@functools.cache
+def _reserved_layer_class() -> type:
+    """The layer class, made on first use (this module does not import Transformers until a cache is made)."""
+    from transformers.cache_utils import DynamicLayer
+
+    class ReservedLayer(DynamicLayer):
+        """A ``DynamicLayer`` whose keys and values are the first columns of buffers with room to grow."""
+
+        def __init__(self, keys: torch.Tensor, values: torch.Tensor, length: int):
+            super().__init__()
+            self.device, self.is_initialized = keys.device, True
+            self._buffers, self._length = (keys, values), length
+            self.keys, self.values = keys[:, :, :length], values[:, :, :length]
+
+        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+            keys, values = self._buffers
+            end = self._length + key_states.shape[-2]
+            if end > keys.shape[-2]:  # past the room: grow as a DynamicLayer does
+                keys = torch.cat([keys[:, :, : self._length], key_states], dim=-2)
+                values = torch.cat([values[:, :, : self._length], value_states], dim=-2)
+                self._buffers = (keys, values)
+            else:
+                keys[:, :, self._length : end] = key_states
+                values[:, :, self._length : end] = value_states
+            self._length = end
+            self.keys, self.values = keys[:, :, :end], values[:, :, :end]
+            return self.keys, self.values
+
+    return ReservedLayer
+
+
 def score_tree(model: PreTrainedModel, cache: DynamicCache, rows: Sequence[Sequence[Branch]],
                prefix_logits: torch.Tensor, pad_id: int = 0) -> TreeScores:
     """Token log-probs of candidate continuations, every candidate of a cache row in one pass over that row.
@@ -122,7 +180,10 @@ def score_tree(model: PreTrainedModel, cache: DynamicCache, rows: Sequence[Seque
     rest = first.new_zeros(0)
     if rest_at:
         later = torch.tensor(rest_at, device=device)
-        rest = torch.log_softmax(logits[later[:, 0], later[:, 1]].float(), -1).gather(1, later[:, 2:]).squeeze(1)
+        # log_softmax(x)[t] as x[t] - logsumexp(x): no (tokens, vocab) copy of the logits is made, gathered or
+        # normalised (at 48 rows of 300 candidate tokens and a 2,000-token vocabulary, three copies of 115 MB).
+        row, column = later[:, 0], later[:, 1]
+        rest = logits[row, column, later[:, 2]].float() - torch.logsumexp(logits.float(), -1)[row, column]
     owner_t = torch.tensor(owner, dtype=torch.long, device=device)
     return TreeScores(first, rest, owner_t, [len(b.ids) for b in branches])
 

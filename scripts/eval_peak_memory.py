@@ -4,13 +4,14 @@ Evaluates a finished ``mosaic train`` run's final model on its own test tasks (`
 thread samples this process's resident memory every 2 ms and, at each new peak, the main thread's stack.
 
 Usage:
-    python scripts/eval_peak_memory.py RUN [--num-envs N]
+    python scripts/eval_peak_memory.py RUN [--num-envs N] [--trim]
     MALLOC_MMAP_THRESHOLD_=65536 python scripts/eval_peak_memory.py RUN   # glibc returning large blocks at once
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import resource
@@ -41,6 +42,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run", type=Path, help="a finished mosaic train run (its config.json and final/)")
     parser.add_argument("--num-envs", type=int, help="envs acting at once (default: the run's)")
+    parser.add_argument("--trim", action="store_true", help="glibc malloc_trim(0) after every agent step")
     args = parser.parse_args()
     torch.set_num_threads(1)
     config = read_config(args.run / "config.json")
@@ -59,6 +61,20 @@ def main() -> int:
                 peak[0], where[0] = now, [f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in stack[-12:]]
             time.sleep(0.002)
 
+    if args.trim:
+        import ctypes
+
+        import algos.rollout
+
+        libc, act = ctypes.CDLL("libc.so.6"), algos.rollout._act
+
+        def act_then_trim(*a, **k):
+            try:
+                return act(*a, **k)
+            finally:
+                libc.malloc_trim(0)
+
+        algos.rollout._act = act_then_trim
     floor = rss()
     thread = threading.Thread(target=sample)
     thread.start()
@@ -70,7 +86,10 @@ def main() -> int:
     print(json.dumps({"floor_mib": floor >> 20, "peak_sampled_mib": peak[0] >> 20,
                       "ru_maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10,
                       "seconds": round(seconds, 1), "success": result["success"], "num_envs": config.num_envs,
-                      "malloc_mmap_threshold": os.environ.get("MALLOC_MMAP_THRESHOLD_")}, indent=2))
+                      "malloc_mmap_threshold": os.environ.get("MALLOC_MMAP_THRESHOLD_"),
+                      # equal digests: the same held-out results to the last digit (per task and every metric)
+                      "result_sha256": hashlib.sha256(json.dumps(result, sort_keys=True).encode()).hexdigest()[:16]},
+                     indent=2))
     print("peak at:\n  " + "\n  ".join(where[0]))
     return 0
 
