@@ -61,6 +61,7 @@ import os
 import re
 import shutil
 import signal
+import tempfile
 import threading
 import time
 import urllib.parse
@@ -173,6 +174,7 @@ class _SharedBrowser:
     thread: int = 0
     users: int = 0
     driver_pid: int = 0  # Playwright's driver process (0: none, or not found)
+    tmpdir: str | None = None  # the browser's TMPDIR, removed with it (a killed Chromium leaves its files there)
     # Changes with every launch and close (and fork), so a backend can tell its context belongs to a browser
     # gone by.
     generation: int = 0
@@ -222,11 +224,15 @@ def _browser(executable: str) -> Browser:
         return shared.browser
     _close_browser()
     shared_playwright()
+    # Chromium's own temporary files (its singleton socket and cookie) in a folder of this browser's, removed
+    # when the browser is closed or replaced: a Chromium killed mid-way cannot remove them itself.
+    shared.tmpdir = tempfile.mkdtemp(prefix="mosaic-chromium-")
     try:
         with _Deadline.paused():
             shared.browser = shared.playwright.chromium.launch(
                 executable_path=executable, headless=True, args=list(CHROMIUM_ARGS),
                 ignore_default_args=list(CHROMIUM_DEFAULT_ARGS_DROPPED), timeout=LAUNCH_TIMEOUT_S * 1000,
+                env={**os.environ, "TMPDIR": shared.tmpdir},
             )
     except PlaywrightError as err:
         raise BrowserCrashed(
@@ -246,6 +252,9 @@ def _close_browser() -> None:
             browser.close()
         except PlaywrightError:
             pass  # already gone: a crashed browser has nothing left to close
+    tmpdir, _shared.tmpdir = _shared.tmpdir, None
+    if tmpdir is not None:
+        shutil.rmtree(tmpdir, ignore_errors=True)
 
 
 def _forget_playwright() -> None:

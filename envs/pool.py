@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -176,8 +177,9 @@ class EnvWorker:
     def __init__(self, env_id: str, env_kwargs: dict[str, Any], num_envs: int,
                  corpus: dict[str, bytes] | None = None):
         kwargs = dict(env_kwargs)
+        self._corpus_root: Path | None = None
         if corpus is not None:
-            root = Path(tempfile.mkdtemp(prefix="mosaic-corpus-"))
+            root = self._corpus_root = Path(tempfile.mkdtemp(prefix="mosaic-corpus-"))
             for rel, data in corpus.items():
                 (root / rel).parent.mkdir(parents=True, exist_ok=True)
                 (root / rel).write_bytes(data)
@@ -202,7 +204,11 @@ class EnvWorker:
             self.pool.step([slot], [action])
 
     def close(self) -> None:
+        """Close the envs and remove the corpus copy this worker wrote (its index too)."""
         self.pool.close()
+        if self._corpus_root is not None:
+            shutil.rmtree(self._corpus_root, ignore_errors=True)
+            self._corpus_root = None
 
 
 @dataclass
@@ -428,4 +434,8 @@ class PoolEnv:
         return r.observation, r.reward, r.terminated, r.truncated, r.info
 
     def close(self) -> None:
+        """Close the envs and remove the corpus copy this worker wrote (its index too)."""
         self.pool.close()
+        if self._corpus_root is not None:
+            shutil.rmtree(self._corpus_root, ignore_errors=True)
+            self._corpus_root = None

@@ -15,6 +15,12 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 SITE_SIZE = 150
 
 
+@pytest.fixture(scope="session", autouse=True)
+def sb3_logs_in_the_tests_temporary_folder(tmp_path_factory):
+    """Stable-Baselines3 makes a log folder in /tmp for every ``learn`` unless SB3_LOGDIR names one."""
+    os.environ.setdefault("SB3_LOGDIR", str(tmp_path_factory.mktemp("sb3-logs")))
+
+
 @pytest.fixture(scope="session")
 def small_site():
     from envs.web import load_site

@@ -342,3 +342,24 @@ def test_chromium_killed_at_random_moments_every_reset_and_step_recovers():
     print(f"recovered {recovered} of {calls} calls with Chromium killed at a random moment")
     assert recovered == calls
     assert child_processes() == {}
+
+
+def test_a_killed_chromium_leaves_no_temporary_files_behind():
+    """Chromium keeps its own temporary files (singleton socket and cookie) in a folder of the browser's, which
+    goes when the browser is closed or replaced: a Chromium killed mid-way used to leave them in /tmp."""
+    from envs import playwright_backend
+
+    env = gym.make("mosaic/WebQA-v0", site_size=SITE_SIZE, backend="playwright")
+    folders = []
+    try:
+        env.reset(seed=0)
+        folders.append(Path(playwright_backend._shared.tmpdir))
+        assert any(folders[0].iterdir()), "Chromium wrote nothing in the browser's temporary folder"
+        [main] = [pid for pid, parent in child_processes().items() if parent not in child_processes()]
+        os.kill(main, signal.SIGKILL)
+        env.reset(seed=1)  # a new browser, in a new folder; the killed one's is gone
+        folders.append(Path(playwright_backend._shared.tmpdir))
+        assert folders[1] != folders[0] and not folders[0].exists() and folders[1].is_dir()
+    finally:
+        env.close()
+    assert not any(folder.exists() for folder in folders)

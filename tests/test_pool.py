@@ -172,3 +172,17 @@ def test_the_collectors_bar_obeys_tqdm_disable(disabled):
                            timeout=120)
     assert child.returncode == 0, child.stderr[-2000:]
     assert ("demonstrations" in child.stderr) is not disabled
+
+
+def test_a_worker_removes_the_corpus_copy_it_was_sent_when_it_closes():
+    from pathlib import Path
+
+    from envs.pool import EnvWorker, _read_corpus
+
+    site = Path(__file__).parent / "fixtures" / "corpus_jsonl"
+    worker = EnvWorker("mosaic/WebQA-v0", {"site": str(site), "split": "all"}, 1, corpus=_read_corpus(str(site)))
+    copy = worker._corpus_root
+    assert copy is not None and copy.is_dir() and any(copy.rglob("*"))
+    worker.reset([(0, 0, {})], snapshots=False)
+    worker.close()
+    assert not copy.exists()
