@@ -434,8 +434,4 @@ class PoolEnv:
         return r.observation, r.reward, r.terminated, r.truncated, r.info
 
     def close(self) -> None:
-        """Close the envs and remove the corpus copy this worker wrote (its index too)."""
         self.pool.close()
-        if self._corpus_root is not None:
-            shutil.rmtree(self._corpus_root, ignore_errors=True)
-            self._corpus_root = None
