@@ -31,7 +31,7 @@ from envs.actions import call_complete
 from envs.prompts import render_transcript
 
 from .base import RecordingAgent
-from .lm import Branch, cache_kwarg, candidate_log_policy, reserved_cache, score_tree
+from .lm import Branch, cache_kwarg, cache_rows, candidate_log_policy, reserved_cache, score_tree
 from .records import AgentStep
 
 KV = tuple[tuple[torch.Tensor, torch.Tensor], ...]
@@ -383,8 +383,9 @@ class LLMAgent(RecordingAgent):
         if any(not ids for env_ids in cand_ids for ids in env_ids):
             raise ValueError("every candidate must be a non-empty action string")
         chunks = self._score_chunks(cand_ids, max(r.past for r in rows) + max(len(r.new_ids) for r in rows))
-        # One chunk scores over the batch's cache itself, which then grows by the tree's width: room for it.
-        room = max(sum(map(len, ids)) for ids in cand_ids) if len(chunks) == 1 else 0
+        # The tree passes extend the batch's cache by their width: room for the widest tree. A chunk (a run of
+        # consecutive envs) scores over its rows of the batch's buffers, written in place: no copy of the keys.
+        room = max(sum(map(len, ids)) for ids in cand_ids)
         logits, cache, mask, next_positions = self._forward(rows, logits_to_keep=1, room=room)
         last = logits[:, -1]
         del logits
@@ -394,8 +395,9 @@ class LLMAgent(RecordingAgent):
         for envs in chunks:
             tree = [[Branch(ids, int(next_positions[e]), host_mask[e], (e,)) for ids in cand_ids[e]] for e in envs]
             # One chunk of every env scores over the batch's cache itself (the pass extends it; nothing reads it
-            # after): no copy of every prompt's keys.
-            rows_cache = cache if len(chunks) == 1 else _rows_of(cache, envs)
+            # after): no copy of every prompt's keys. A first step's cache holds no room (a plain cache): copied.
+            rows_cache = cache if len(chunks) == 1 else (cache_rows(cache, envs[0], envs[-1] + 1)
+                                                         or _rows_of(cache, envs))
             scored = score_tree(self.model, rows_cache, tree, last, self._pad_id)
             del rows_cache
             keys = [(e, c) for e in envs for c in range(len(cand_ids[e]))]
@@ -445,8 +447,17 @@ class LLMAgent(RecordingAgent):
         return chunks
 
 
-def _rows_of(cache: DynamicCache, rows: Sequence[int]) -> DynamicCache:
-    """A new cache of the given rows of ``cache`` (their keys and values copied)."""
-    index = torch.tensor(list(rows), device=cache.layers[0].keys.device)
-    return DynamicCache(ddp_cache_data=[(layer.keys.index_select(0, index), layer.values.index_select(0, index))
-                                        for layer in cache.layers])
+def _rows_of(cache: DynamicCache, rows: Sequence[int], room: int = 0) -> DynamicCache:
+    """A new cache of the given rows of ``cache`` (their keys and values copied once, into buffers with ``room``
+    more columns for the pass that follows: :func:`agents.lm.reserved_cache`)."""
+    length = cache.layers[0].keys.shape[2]
+    layers = []
+    for layer in cache.layers:
+        copies = []
+        for full in (layer.keys, layer.values):
+            buffer = full.new_empty((len(rows), full.shape[1], length + room, full.shape[3]))
+            for j, r in enumerate(rows):
+                buffer[j, :, :length] = full[r]
+            copies.append(buffer)
+        layers.append((copies[0], copies[1]))
+    return reserved_cache(layers, length)

@@ -7,7 +7,7 @@ trains is the one the agent sampled from by construction, not by a test keeping 
 - :func:`cache_kwarg`: the forward argument that takes a KV cache, whatever the Transformers version.
 - :func:`attention_mask_4d`: a custom ``(batch, 1, query, key)`` mask in the form the model's attention takes.
 - :func:`score_tree`: the token log-probs of many candidate continuations in one tree-masked pass over a cache.
-- :func:`reserved_cache`: a KV cache with room for the columns a step will add, written in place (no copy of
+- :func:`reserved_cache` (and :func:`cache_rows`, some of its rows without a copy): a KV cache with room for the columns a step will add, written in place (no copy of
   the whole cache per forward pass, as a ``DynamicCache`` makes).
 - :func:`candidate_log_policy`: the choose-mode policy, ``log softmax(score / temperature)`` over each choice's
   candidates, from the candidates' summed token log-probs; the agent samples from it, the learner trains it.
@@ -125,6 +125,23 @@ def reserved_cache(layers: Sequence[tuple[torch.Tensor, torch.Tensor]], length: 
     return cache
 
 
+def cache_rows(cache: DynamicCache, start: int, stop: int) -> DynamicCache | None:
+    """Rows ``start:stop`` of a :func:`reserved_cache` as a reserved cache over the same buffers (no copy: a
+    pass on it writes its columns into those rows' room); None for any other cache.
+
+    >>> keys = torch.zeros(3, 1, 4, 2)
+    >>> rows = cache_rows(reserved_cache([(keys, keys.clone())], length=2), 1, 3)
+    >>> k, _ = rows.update(torch.ones(2, 1, 1, 2), torch.ones(2, 1, 1, 2), 0)
+    >>> k.shape, float(keys[1:, :, 2].sum()), float(keys[0].sum())
+    (torch.Size([2, 1, 3, 2]), 4.0, 0.0)
+    """
+    layer = _reserved_layer_class()
+    if not all(isinstance(l, layer) for l in cache.layers):
+        return None
+    return reserved_cache([(l.buffers[0][start:stop], l.buffers[1][start:stop]) for l in cache.layers],
+                          cache.layers[0].length)
+
+
 @functools.cache
 def _reserved_layer_class() -> type:
     """The layer class, made on first use (this module does not import Transformers until a cache is made)."""
@@ -136,21 +153,21 @@ def _reserved_layer_class() -> type:
         def __init__(self, keys: torch.Tensor, values: torch.Tensor, length: int):
             super().__init__()
             self.device, self.is_initialized = keys.device, True
-            self._buffers, self._length = (keys, values), length
+            self.buffers, self.length = (keys, values), length
             self.keys, self.values = keys[:, :, :length], values[:, :, :length]
 
         def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
                    ) -> tuple[torch.Tensor, torch.Tensor]:
-            keys, values = self._buffers
-            end = self._length + key_states.shape[-2]
+            keys, values = self.buffers
+            end = self.length + key_states.shape[-2]
             if end > keys.shape[-2]:  # past the room: grow as a DynamicLayer does
-                keys = torch.cat([keys[:, :, : self._length], key_states], dim=-2)
-                values = torch.cat([values[:, :, : self._length], value_states], dim=-2)
-                self._buffers = (keys, values)
+                keys = torch.cat([keys[:, :, : self.length], key_states], dim=-2)
+                values = torch.cat([values[:, :, : self.length], value_states], dim=-2)
+                self.buffers = (keys, values)
             else:
-                keys[:, :, self._length : end] = key_states
-                values[:, :, self._length : end] = value_states
-            self._length = end
+                keys[:, :, self.length : end] = key_states
+                values[:, :, self.length : end] = value_states
+            self.length = end
             self.keys, self.values = keys[:, :, :end], values[:, :, :end]
             return self.keys, self.values
 
