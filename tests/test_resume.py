@@ -435,6 +435,8 @@ def test_resume_takes_the_runs_config_and_the_iterations_given(saved_run):
     # Flags that agree with the run are fine, whatever the defaults.
     assert _resume("--out", str(saved_run), "--algo", "broadcast", "--lr", "0.01", "--hops", "1") == \
         dataclasses.replace(config, iterations=2)
+    # How the run shows its progress is not one of its settings.
+    assert _resume("--out", str(saved_run), "--no-progress") == dataclasses.replace(config, iterations=2)
 
 
 @pytest.mark.parametrize("flags,named", [

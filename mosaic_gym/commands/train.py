@@ -14,7 +14,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from .common import HelpFormatter, at_least, budgets, device, fraction, hops, parse_hops
+from .common import HelpFormatter, at_least, budgets, device, fraction, hops, parse_hops, quiet_progress
 
 # The settings (dotted TrainConfig fields) each flag sets: what --resume checks a flag given explicitly against.
 SETS = {
@@ -139,6 +139,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", nargs=0, const=True, default=False,
                    help="continue the run in --out from its checkpoint, with the settings in its config.json "
                         "(flags given must agree with them; --iterations may change)")
+    p.add_argument("--no-progress", nargs=0, const=True, default=False, help="hide progress bars")
     p.set_defaults(run=run, given=())
 
 
@@ -241,7 +242,8 @@ def run(args: argparse.Namespace) -> int:
                                        config=config_to_json(config))
         for warning in skipped:
             print(f"mosaic train: {warning.message}", file=sys.stderr)
-        train(config, reporters=reporters)
+        with quiet_progress(args.no_progress):
+            train(config, reporters=reporters)
     except (CheckpointError, ConfigError) as err:
         raise SystemExit(f"mosaic train: {err}") from None
     except SetupError as err:
