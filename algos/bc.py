@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import torch
-from tqdm.auto import tqdm
+from envs.progress import progress_bar
 
 from agents.base import Agent, RecordingAgent
 from agents.records import AgentStep, TrainSequence
@@ -71,7 +71,7 @@ def clone(model: torch.nn.Module, demos: Sequence[Trajectory], epochs: int, lr: 
     generator = torch.Generator().manual_seed(seed)
     losses: list[float] = []
     model.train()
-    bar = tqdm(total=epochs * ((len(sequences) + batch_sequences - 1) // batch_sequences), desc="warm start",
+    bar = progress_bar(total=epochs * ((len(sequences) + batch_sequences - 1) // batch_sequences), desc="warm start",
                leave=False)
     for _ in range(epochs):
         order = torch.randperm(len(sequences), generator=generator).tolist()

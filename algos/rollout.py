@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import gymnasium as gym
-from tqdm.auto import tqdm
+from envs.progress import progress_bar
 
 from agents.base import RecordingAgent
 from agents.records import AgentStep, Choice, TrainSequence, pack_session
@@ -114,7 +114,7 @@ class Collector:
         results: list[Trajectory | None] = [None] * len(requests)
         pending = list(range(len(requests)))
         # ``disable`` passed only to silence it: passed as False it would override TQDM_DISABLE (--no-progress)
-        bar = tqdm(total=len(requests), desc=progress, leave=False, **({"disable": True} if progress is None else {}))
+        bar = progress_bar(total=len(requests), desc=progress, leave=False, **({"disable": True} if progress is None else {}))
         slots: dict[int, dict[str, Any]] = {}
         while pending or slots:
             free = [slot for slot in range(self.num_envs) if slot not in slots][: len(pending)]

@@ -29,7 +29,7 @@ from typing import Any, Callable, Sequence
 import gymnasium as gym
 import numpy as np
 import torch
-from tqdm.auto import tqdm
+from envs.progress import progress_bar
 
 import envs  # noqa: F401  (registers the environments)
 from agents import OracleAgent
@@ -186,7 +186,7 @@ def _rl_loop(run: _Run, sampler: Any, rng: np.random.Generator) -> None:
     metrics_path.write_text("".join(json.dumps(m) + "\n" for m in state["history"]))
     if state["iteration"] < config.iterations:
         state["summary"].pop("success_final", None)  # a finished run extended by resume: evaluate it again
-    bar = tqdm(total=config.iterations, initial=state["iteration"], desc=f"RL ({config.algo})")
+    bar = progress_bar(total=config.iterations, initial=state["iteration"], desc=f"RL ({config.algo})")
     while state["iteration"] < config.iterations:
         it = state["iteration"]
         log_to = out / "trajectories" / f"iteration-{it:04d}{logs.SUFFIX}" if config.log_groups else None

@@ -3,6 +3,7 @@ traceback, no attempt to reach the network for a name that is a typo, and no fol
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import sys
@@ -155,3 +156,25 @@ def test_length_normalize_reaches_the_runs_agent():
         config = config_from_args(build_parser().parse_args(argv))
         assert config.length_normalize is expected
         assert make_agent(config, model, tokenizer).length_normalize is expected
+
+
+
+def test_no_progress_silences_the_bars_of_code_already_imported(capsys, monkeypatch):
+    """tqdm reads TQDM_DISABLE once, when it is imported; --no-progress sets it later (quiet_progress), and the
+    bars of code imported before are silenced all the same."""
+    import gymnasium as gym
+
+    from agents import OracleAgent
+    from algos.rollout import Collector, Request
+    from mosaic_gym.commands.common import quiet_progress
+
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)
+    make = lambda: gym.make("mosaic/WebQA-v0", site_size=SITE_SIZE)  # noqa: E731
+    collector, agent = Collector(make, 2), OracleAgent(make())
+    requests = [Request(seed=k, options=None) for k in range(2)]
+    collector.run(agent, requests, progress="episodes")
+    assert "episodes" in capsys.readouterr().err  # the bar shows by default
+    with quiet_progress(True):
+        collector.run(agent, requests, progress="episodes")
+    assert "episodes" not in capsys.readouterr().err
+    assert "TQDM_DISABLE" not in os.environ

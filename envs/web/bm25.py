@@ -95,7 +95,7 @@ def build(documents: Iterable[list[str]], total: int | None = None, desc: str = 
     A progress bar (tqdm, on stderr) shows for :data:`PROGRESS_MIN_DOCS` documents or more; the environment
     variable ``TQDM_DISABLE=1`` silences it (``mosaic eval --no-progress`` sets it, for its env workers too).
     """
-    from tqdm import tqdm
+    from ..progress import progress_bar
 
     # A term's first id is a number drawn when it is first seen (map(ids.setdefault, ...) runs in C, a third of
     # the time of a Python loop); the ids are made contiguous, in sorted order, at the end.
@@ -104,7 +104,7 @@ def build(documents: Iterable[list[str]], total: int | None = None, desc: str = 
     doc_terms, doc_counts, doc_lens, distinct = [], [], [], []
     # Read here, not by tqdm (it reads TQDM_DISABLE once, at import): the CLI's --no-progress sets it later.
     quiet = total is None or total < PROGRESS_MIN_DOCS or os.environ.get("TQDM_DISABLE", "") not in ("", "0")
-    for terms in tqdm(documents, total=total, desc=desc, unit="doc", file=sys.stderr, leave=False, mininterval=1.0,
+    for terms in progress_bar(documents, total=total, desc=desc, unit="doc", file=sys.stderr, leave=False, mininterval=1.0,
                       disable=quiet):
         counts = Counter(terms)
         doc_terms.append(np.fromiter(map(ids.setdefault, counts, draw), np.int64, len(counts)))

@@ -8,7 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
-from tqdm import tqdm
+from envs.progress import progress_bar
 
 from envs.web import load_site, server
 from envs.web.corpus import TASKS_FILE, page_file, write_tasks
@@ -73,7 +73,7 @@ def build(args: argparse.Namespace) -> int:
     paths = [doc.path for doc in site.documents()]
     if "/" not in paths and site.page_html("/") is not None:
         paths.insert(0, "/")
-    for path in tqdm(paths, desc="writing pages", unit="page"):
+    for path in progress_bar(paths, desc="writing pages", unit="page"):
         html = site.page_html(path)
         if html is None:
             raise ValueError(f"site {site.name!r} lists a page at {path} but serves nothing there")
