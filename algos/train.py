@@ -29,13 +29,13 @@ from typing import Any, Callable, Sequence
 import gymnasium as gym
 import numpy as np
 import torch
-from envs.progress import progress_bar
 
 import envs  # noqa: F401  (registers the environments)
 from agents import OracleAgent
 from agents.llm import LLMAgent
 from agents.models import load_model
 from envs.pool import EnvPool, make_pool
+from envs.progress import progress_bar
 from envs.prompts import EXAMPLE_EXCHANGE
 
 from . import credit, logs
@@ -44,6 +44,7 @@ from .budgets import FixedBudget, parse_budgets
 from .checkpoint import CheckpointError, read_checkpoint, remove_stale_temps, restore_checkpoint, save_checkpoint
 from .config import (RESUMABLE, WARM_START_FREE, ConfigError, TrainConfig, changed_settings, config_to_json,
                      read_config, write_config, write_text_atomic)
+from .credit_compare import compare_credit
 from .lora import add_lora, merge_lora
 from .pg import PolicyGradient
 from .rollout import Collector, Request, session_sequences
@@ -221,6 +222,13 @@ def _finish(run: _Run, model: torch.nn.Module, tokenizer: Any, adapters: Any = N
     if "per_task" in summary["success_warm_start"]:
         summary["rl_gain"], summary["rl_gain_stderr"] = paired_gain(summary["success_warm_start"],
                                                                     summary["success_final"])
+    if config.algo == "mosaic":
+        # Where this run's credit departed from broadcast's on its logged groups (docs/algorithms.md, section 8):
+        # this run's own iteration logs only (a folder may hold an older run's later iterations).
+        paths = [out / "trajectories" / f"iteration-{it:04d}{logs.SUFFIX}" for it in range(config.iterations)]
+        compared = compare_credit(r for path in paths if path.is_file() for r in logs.read(path))
+        if compared["groups"]["n"]:
+            summary["credit_vs_broadcast"] = compared
     write_text_atomic(out / "summary.json", json.dumps(summary, indent=2))  # a study reads it as "finished"
     from .plots import plot_training
 
@@ -512,4 +520,14 @@ def _report(summary: dict[str, Any]) -> str:
            f"{r['steps']:.1f} steps, {_share(r['metrics'].get('parse_rate'))} of steps a valid call "
            f"({r['episodes']} episodes)" for name, r in rows]
         + ([f"  RL gain {summary['rl_gain']:+.3f} +- {summary['rl_gain_stderr']:.3f} (mean over test tasks, paired, "
-            f"+- one standard error)"] if "rl_gain" in summary else []))
+            f"+- one standard error)"] if "rl_gain" in summary else [])
+        + ([_credit_line(summary["credit_vs_broadcast"])] if "credit_vs_broadcast" in summary else []))
+
+
+def _credit_line(c: dict[str, Any]) -> str:
+    """One line of where Mosaic's credit departed from broadcast's (:func:`algos.credit_compare.compare_credit`)."""
+    kinds = {k: v for k, v in c["groups"].items() if k != "n"}
+    differ = sum((v["share"] or 0) * (v["differ"] or 0) for v in kinds.values())
+    return (f"  Mosaic against broadcast on the {c['groups']['n']} logged groups: credit differs in {differ:.0%} of "
+            f"them; of their session pairs {c['pairs']['split'] or 0:.0%} split (tied by broadcast), "
+            f"{c['pairs']['reversed'] or 0:.0%} reversed (summary.json: credit_vs_broadcast)")

@@ -256,6 +256,14 @@ def test_a_run_logs_its_sampled_groups_with_each_sessions_credit(request, run):
             z = (rewards - rewards.mean()) / (rewards.std() + 1e-6)
             for r, expected in zip(group, z):
                 assert [s["credit_broadcast"] for s in r["sessions"]] == pytest.approx([expected] * len(r["sessions"]))
+    # A Mosaic run's summary says where its credit departed from broadcast's, over these logged groups.
+    summary = json.loads((out / "summary.json").read_text())
+    if run == "broadcast_run":
+        assert "credit_vs_broadcast" not in summary
+    else:
+        credit = summary["credit_vs_broadcast"]
+        assert credit["groups"]["n"] == 2 * min(config.log_groups, config.tasks_per_iter)
+        assert sum(credit["groups"][k]["share"] for k in ("all_success", "mixed", "all_failure")) == pytest.approx(1)
 
 
 def test_eval_tasks_below_one_is_refused_naming_it():
