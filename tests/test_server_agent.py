@@ -61,7 +61,7 @@ class RecordingProxy:
         self.in_flight = self.most_in_flight = 0
 
         class Relay(BaseHTTPRequestHandler):
-            def _relay(self, data=None):
+            def _relay(self, data=None, replied=lambda: None):
                 request = urllib.request.Request(target + self.path, data=data, method=self.command,
                                                  headers={"Content-Type": "application/json"})
                 try:
@@ -69,6 +69,10 @@ class RecordingProxy:
                         status, payload = response.status, response.read()
                 except urllib.error.HTTPError as err:
                     status, payload = err.code, err.read()
+                finally:
+                    # Out of flight before the client can see the reply: the client may send its next
+                    # request as soon as it reads this one's, before this thread would count it done.
+                    replied()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(payload)))
@@ -84,11 +88,11 @@ class RecordingProxy:
                     bodies.append(json.loads(data))
                     proxy.in_flight += 1
                     proxy.most_in_flight = max(proxy.most_in_flight, proxy.in_flight)
-                try:
-                    self._relay(data)
-                finally:
+                def replied():
                     with lock:
                         proxy.in_flight -= 1
+
+                self._relay(data, replied)
 
             def log_message(self, *args):
                 pass
