@@ -397,7 +397,7 @@ class LLMAgent(RecordingAgent):
             # One chunk of every env scores over the batch's cache itself (the pass extends it; nothing reads it
             # after): no copy of every prompt's keys. A first step's cache holds no room (a plain cache): copied.
             rows_cache = cache if len(chunks) == 1 else (cache_rows(cache, envs[0], envs[-1] + 1)
-                                                         or _rows_of(cache, envs))
+                                                         or _rows_of(cache, envs, room))
             scored = score_tree(self.model, rows_cache, tree, last, self._pad_id)
             del rows_cache
             keys = [(e, c) for e in envs for c in range(len(cand_ids[e]))]

@@ -7,8 +7,9 @@ trains is the one the agent sampled from by construction, not by a test keeping 
 - :func:`cache_kwarg`: the forward argument that takes a KV cache, whatever the Transformers version.
 - :func:`attention_mask_4d`: a custom ``(batch, 1, query, key)`` mask in the form the model's attention takes.
 - :func:`score_tree`: the token log-probs of many candidate continuations in one tree-masked pass over a cache.
-- :func:`reserved_cache` (and :func:`cache_rows`, some of its rows without a copy): a KV cache with room for the columns a step will add, written in place (no copy of
-  the whole cache per forward pass, as a ``DynamicCache`` makes).
+- :func:`reserved_cache` (and :func:`cache_rows`, some of its rows without a copy): a KV cache with room for
+  the columns a step will add, written in place (no copy of the whole cache per forward pass, as a
+  ``DynamicCache`` makes).
 - :func:`candidate_log_policy`: the choose-mode policy, ``log softmax(score / temperature)`` over each choice's
   candidates, from the candidates' summed token log-probs; the agent samples from it, the learner trains it.
 

@@ -26,10 +26,10 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import torch
-from envs.progress import progress_bar
 
 from agents.base import Agent, RecordingAgent
 from agents.records import AgentStep, TrainSequence
+from envs.progress import progress_bar
 
 from .pg import micro_batches, sequence_logprobs
 from .rollout import Trajectory, session_sequences
@@ -71,8 +71,8 @@ def clone(model: torch.nn.Module, demos: Sequence[Trajectory], epochs: int, lr: 
     generator = torch.Generator().manual_seed(seed)
     losses: list[float] = []
     model.train()
-    bar = progress_bar(total=epochs * ((len(sequences) + batch_sequences - 1) // batch_sequences), desc="warm start",
-               leave=False)
+    bar = progress_bar(total=epochs * ((len(sequences) + batch_sequences - 1) // batch_sequences),
+                       desc="warm start", leave=False)
     for _ in range(epochs):
         order = torch.randperm(len(sequences), generator=generator).tolist()
         for start in range(0, len(order), batch_sequences):

@@ -100,9 +100,9 @@ def compare_credit(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
     Returns:
         ``groups``: the number of groups (``n``) and, per kind, its share of the groups and the share of those
         where some session's two advantages differ, and the shares of its pairs of sessions (two sessions of
-        one group) that are ``reversed`` and ``split`` (see above). ``sessions``: per ``"<outcome>/<role>"``, the number of
-        sessions, the mean of each column, and the shares that differ, get credit where broadcast gives none
-        (broadcast 0, Mosaic not), and have their sign flipped. ``failures_credited``: the share of a failed
+        one group) that are ``reversed`` and ``split`` (see above). ``sessions``: per ``"<outcome>/<role>"``,
+        the number of sessions, the mean of each column, and the shares that differ, get credit where broadcast
+        gives none (broadcast 0, Mosaic not), and have their sign flipped. ``failures_credited``: the share of a failed
         trajectory's sessions with a positive Mosaic advantage (broadcast's is never positive there).
         ``successes_blamed``: the share of a success's sessions with a negative Mosaic advantage.
         ``correlation``: Pearson's r of the two columns over the sessions of mixed groups (None below 3).

@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import gymnasium as gym
-from envs.progress import progress_bar
 
 from agents.base import RecordingAgent
 from agents.records import AgentStep, Choice, TrainSequence, pack_session
 from envs.pool import EnvPool, LocalPool, StepResult, is_fork
+from envs.progress import progress_bar
 
 from .logs import step_record
 
@@ -114,7 +114,8 @@ class Collector:
         results: list[Trajectory | None] = [None] * len(requests)
         pending = list(range(len(requests)))
         # ``disable`` passed only to silence it: passed as False it would override TQDM_DISABLE (--no-progress)
-        bar = progress_bar(total=len(requests), desc=progress, leave=False, **({"disable": True} if progress is None else {}))
+        bar = progress_bar(total=len(requests), desc=progress, leave=False,
+                           **({"disable": True} if progress is None else {}))
         slots: dict[int, dict[str, Any]] = {}
         while pending or slots:
             free = [slot for slot in range(self.num_envs) if slot not in slots][: len(pending)]

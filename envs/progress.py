@@ -26,8 +26,7 @@ __all__ = ["progress_bar"]
 
 
 def progress_bar(*args: Any, **kwargs: Any) -> tqdm:
-    """``tqdm(*args, **kwargs)``, disabled while ``TQDM_DISABLE`` is set to anything but ``""``, ``0`` or
-    ``false``."""
-    if os.environ.get("TQDM_DISABLE", "").strip().lower() not in ("", "0", "false"):
+    """``tqdm(*args, **kwargs)``, disabled while ``TQDM_DISABLE`` is set to anything but ``""`` or ``0``."""
+    if os.environ.get("TQDM_DISABLE", "") not in ("", "0"):
         kwargs["disable"] = True
     return tqdm(*args, **kwargs)

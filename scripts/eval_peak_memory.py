@@ -4,7 +4,7 @@ Evaluates a finished ``mosaic train`` run's final model on its own test tasks (`
 thread samples this process's resident memory every 2 ms and, at each new peak, the main thread's stack.
 
 Usage:
-    python scripts/eval_peak_memory.py RUN [--num-envs N] [--trim]
+    python scripts/eval_peak_memory.py RUN [--num-envs N]
     MALLOC_MMAP_THRESHOLD_=65536 python scripts/eval_peak_memory.py RUN   # glibc returning large blocks at once
 """
 
@@ -42,7 +42,6 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run", type=Path, help="a finished mosaic train run (its config.json and final/)")
     parser.add_argument("--num-envs", type=int, help="envs acting at once (default: the run's)")
-    parser.add_argument("--trim", action="store_true", help="glibc malloc_trim(0) after every agent step")
     args = parser.parse_args()
     torch.set_num_threads(1)
     config = read_config(args.run / "config.json")
@@ -61,20 +60,6 @@ def main() -> int:
                 peak[0], where[0] = now, [f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in stack[-12:]]
             time.sleep(0.002)
 
-    if args.trim:
-        import ctypes
-
-        import algos.rollout
-
-        libc, act = ctypes.CDLL("libc.so.6"), algos.rollout._act
-
-        def act_then_trim(*a, **k):
-            try:
-                return act(*a, **k)
-            finally:
-                libc.malloc_trim(0)
-
-        algos.rollout._act = act_then_trim
     floor = rss()
     thread = threading.Thread(target=sample)
     thread.start()

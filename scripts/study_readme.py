@@ -14,7 +14,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = Path("docs/study/runs")
 CLAIMS = ("compaction", "fork", "budgets", "recovery")
-PLOTS = (("curves.png", "curves"), ("pass_at_t.png", "Pass@(1,T)"), ("credit-mosaic.png", "Mosaic's credit against broadcast's"))
+PLOTS = (("curves.png", "curves"), ("pass_at_t.png", "Pass@(1,T)"),
+         ("credit-mosaic.png", "Mosaic's credit against broadcast's"))
 START, END = "<!-- study results -->", "<!-- /study results -->"
 
 

@@ -102,10 +102,10 @@ def build(documents: Iterable[list[str]], total: int | None = None, desc: str = 
     ids: dict[str, int] = {}
     draw = itertools.count()
     doc_terms, doc_counts, doc_lens, distinct = [], [], [], []
-    # Read here, not by tqdm (it reads TQDM_DISABLE once, at import): the CLI's --no-progress sets it later.
-    quiet = total is None or total < PROGRESS_MIN_DOCS or os.environ.get("TQDM_DISABLE", "") not in ("", "0")
-    for terms in progress_bar(documents, total=total, desc=desc, unit="doc", file=sys.stderr, leave=False, mininterval=1.0,
-                      disable=quiet):
+    # (progress_bar reads TQDM_DISABLE when the bar is made: the CLI's --no-progress sets it after tqdm's import)
+    quiet = total is None or total < PROGRESS_MIN_DOCS
+    for terms in progress_bar(documents, total=total, desc=desc, unit="doc", file=sys.stderr, leave=False,
+                              mininterval=1.0, disable=quiet):
         counts = Counter(terms)
         doc_terms.append(np.fromiter(map(ids.setdefault, counts, draw), np.int64, len(counts)))
         doc_counts.append(np.fromiter(counts.values(), np.float32, len(counts)))
