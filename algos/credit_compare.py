@@ -78,6 +78,9 @@ def credit_groups(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     ``(outcome, role, broadcast, mosaic)`` per session, in the log's order.
 
     Records without both columns (eval or rollout records, and broadcast runs, which estimate no D) are skipped.
+
+    Raises:
+        ValueError: naming the record, for a reward or an advantage that is not a finite number.
     """
     by_group: dict[tuple[Any, Any], list[dict[str, Any]]] = defaultdict(list)
     for r in records:
@@ -86,10 +89,18 @@ def credit_groups(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         if any(s.get("credit_mosaic") is None or s.get("credit_contribution") is None for s in r["sessions"]):
             continue
         by_group[(r.get("iteration"), r.get("group"))].append(r)
-    return [{"kind": _group_kind([t["reward"] for t in group], [bool(t["success"]) for t in group]),
-             "sessions": [("success" if t["success"] else "failure", s["kind"], float(s["credit_broadcast"]),
-                           float(s["credit_mosaic"])) for t in group for s in t["sessions"]]}
+    return [{"kind": _group_kind([_finite(t, t, "reward") for t in group], [bool(t["success"]) for t in group]),
+             "sessions": [("success" if t["success"] else "failure", s["kind"], _finite(t, s, "credit_broadcast"),
+                           _finite(t, s, "credit_mosaic")) for t in group for s in t["sessions"]]}
             for group in by_group.values()]
+
+
+def _finite(record: dict[str, Any], holder: dict[str, Any], key: str) -> float:
+    value = holder.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
+        raise ValueError(f"training record of iteration {record.get('iteration')!r}, group {record.get('group')!r}: "
+                         f"{key} is {value!r}, not a finite number (a damaged or hand-made log)")
+    return float(value)
 
 
 def compare_credit(records: Iterable[dict[str, Any]]) -> dict[str, Any]:

@@ -477,7 +477,10 @@ def _credit_results(runs: dict[str, dict[int, dict[str, Any]]],
         per_seed, pooled = {}, []
         for seed, r in sorted(seeds.items()):
             records = [rec for path in logs.find_logs(r["folder"]) for rec in logs.read(path)]
-            compared = compare_credit(records)
+            try:
+                compared = compare_credit(records)
+            except ValueError as err:
+                raise logs.LogError(f"{r['folder']}: {err}") from None
             if compared["groups"]["n"]:
                 per_seed[seed] = compared
                 pooled += credit_groups(records)

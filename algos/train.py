@@ -226,9 +226,13 @@ def _finish(run: _Run, model: torch.nn.Module, tokenizer: Any, adapters: Any = N
         # Where this run's credit departed from broadcast's on its logged groups (docs/algorithms.md, section 8):
         # this run's own iteration logs only (a folder may hold an older run's later iterations).
         paths = [out / "trajectories" / f"iteration-{it:04d}{logs.SUFFIX}" for it in range(config.iterations)]
-        compared = compare_credit(r for path in paths if path.is_file() for r in logs.read(path))
-        if compared["groups"]["n"]:
-            summary["credit_vs_broadcast"] = compared
+        try:
+            compared = compare_credit(r for path in paths if path.is_file() for r in logs.read(path))
+        except ValueError as err:  # a damaged log (logs.LogError is one) costs the comparison, not the summary
+            run.log(f"credit comparison skipped: {err}")
+        else:
+            if compared["groups"]["n"]:
+                summary["credit_vs_broadcast"] = compared
     write_text_atomic(out / "summary.json", json.dumps(summary, indent=2))  # a study reads it as "finished"
     from .plots import plot_training
 

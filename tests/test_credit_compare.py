@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from algos.credit_compare import compare_credit, credit_groups
@@ -77,3 +78,13 @@ def test_records_without_mosaic_credit_are_skipped():
         r["sessions"][0]["credit_contribution"] = None  # a broadcast run: no D
     assert compare_credit(records)["groups"]["n"] == 0
     assert compare_credit([{**records[0], "source": "eval"}])["groups"]["n"] == 0
+
+
+@pytest.mark.parametrize("key, value", [("credit_broadcast", "x"), ("credit_mosaic", float("nan")),
+                                        ("credit_mosaic", float("inf")), ("credit_broadcast", None),
+                                        ("credit_broadcast", True)])
+def test_a_credit_that_is_not_a_finite_number_is_an_error_naming_the_record(key, value):
+    records = _records([[(1.0, 1), (0.0, 1)]], lambda b, g, t, s: b)
+    records[1]["sessions"][0][key] = value
+    with pytest.raises(ValueError, match=rf"iteration 0, group 0: {key} is .*not a finite number"):
+        compare_credit(records)

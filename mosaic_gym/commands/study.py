@@ -57,13 +57,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from algos.logs import LogError
     from algos.study import markdown, run_claim, summarize
 
-    if args.summary_only:
-        results = summarize(args.claim, args.out, args.seeds, quick=args.quick)
-    else:
-        results = run_claim(args.claim, args.out, args.seeds, quick=args.quick, iterations=args.iterations,
-                            jobs=args.jobs, log_groups=args.log_groups)
+    try:
+        if args.summary_only:
+            results = summarize(args.claim, args.out, args.seeds, quick=args.quick)
+        else:
+            results = run_claim(args.claim, args.out, args.seeds, quick=args.quick, iterations=args.iterations,
+                                jobs=args.jobs, log_groups=args.log_groups)
+    except LogError as err:  # a run's trajectory log that cannot be read, or holds what no run writes
+        raise SystemExit(f"mosaic study: {err}") from None
     print(markdown(results))
     print(f"results: {args.out}/{args.claim}/results.json, results.md, curves.png")
     return 0
