@@ -57,6 +57,7 @@ TINY_SIZES: dict[str, dict[str, int]] = {
     "1m": dict(hidden_size=128, num_hidden_layers=4, num_attention_heads=4, intermediate_size=512),
     "3m": dict(hidden_size=192, num_hidden_layers=6, num_attention_heads=6, intermediate_size=576),
     "10m": dict(hidden_size=320, num_hidden_layers=7, num_attention_heads=8, intermediate_size=1024),
+    "100k": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64),
 }
 
 TRANSCRIPT_CHAT_TEMPLATE = (

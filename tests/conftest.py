@@ -13,6 +13,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 SITE_SIZE = 150
+# The smallest tiny Llama (about 85k parameters): it runs every code path a tiny-1m run does, 3-4x faster. Tests
+# that check learning, not plumbing, keep tiny-1m.
+TEST_MODEL = "tiny-100k"
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -21,7 +21,7 @@ from algos.pg import sequence_logprobs
 from algos.rollout import Collector, Request, session_sequences
 from envs.prompts import EXAMPLE_EXCHANGE
 
-from conftest import SITE_SIZE
+from conftest import SITE_SIZE, TEST_MODEL
 
 # A ChatML template like SmolLM2's and Qwen's: role markers written as plain text, a turn closed by its marker.
 CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -37,7 +37,7 @@ def chat_model_folder(tmp_path_factory) -> Path:
     from agents.models import default_texts
 
     texts = default_texts(episodes=8, env=env) + [m["content"] for m in EXAMPLE_EXCHANGE]
-    make_tiny(folder, texts, size="1m", seed=0, chat_template=CHATML)
+    make_tiny(folder, texts, size=TEST_MODEL.removeprefix("tiny-"), seed=0, chat_template=CHATML)
     return folder
 
 

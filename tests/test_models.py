@@ -67,7 +67,7 @@ def test_role_tags_and_eos_are_single_special_tokens(tokenizer):
 
 
 def test_tiny_sizes_are_about_their_names(tokenizer):
-    expected = {"1m": 1e6, "3m": 3e6, "10m": 10e6}
+    expected = {"100k": 1e5, "1m": 1e6, "3m": 3e6, "10m": 10e6}
     big = train_tokenizer(TEXTS * 3 + [str(i) for i in range(3000)], vocab_size=2000)
     assert len(big) == 2000
     for size in TINY_SIZES:

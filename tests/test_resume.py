@@ -25,13 +25,13 @@ from algos.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from mosaic_gym.cli import build_parser, main
 from mosaic_gym.commands.train import config_from_args, resume_config
 from algos.config import ConfigError, read_config, write_config
-from conftest import SITE_SIZE
+from conftest import SITE_SIZE, TEST_MODEL
 
 # The tiniest run that still does everything: 2 demonstrations, 2 RL iterations of one group of 2, every test
 # task evaluated once. One-hop tasks, short chunks and windows: compactions mid-episode, so Mosaic has sessions
 # to credit; the likelihood estimator gives them distinct advantages even when every trajectory fails (an
 # untrained policy does), so RL moves the parameters.
-ARGS = ["--site-size", str(SITE_SIZE), "--max-steps", "6", "--session-max-tokens", "500",
+ARGS = ["--model", TEST_MODEL, "--site-size", str(SITE_SIZE), "--max-steps", "6", "--session-max-tokens", "500",
         "--env-kwargs", '{"chunk_tokens": 96}', "--bc-episodes", "2", "--bc-epochs", "1", "--iterations", "2",
         "--tasks-per-iter", "1", "--group-size", "2", "--estimator", "likelihood", "--continuations", "1",
         "--eval-episodes", "1", "--eval-tasks", "3", "--num-envs", "2", "--seed", "3", "--lr", "0.01",

@@ -22,7 +22,7 @@ from algos.checkpoint import load_checkpoint, save_checkpoint
 from algos.config import PGConfig, TrainConfig
 from algos.pg import PolicyGradient
 from algos.rollout import Collector, Request
-from conftest import SITE_SIZE
+from conftest import SITE_SIZE, TEST_MODEL
 
 # Tiny everything: one-hop tasks, short page chunks and windows (short contexts, and compactions mid-episode,
 # so Mosaic's rollout estimator branches continuations), a few demonstrations, tiny groups.
@@ -31,7 +31,7 @@ ENV = {"site_size": SITE_SIZE, "hops": 1, "max_steps": 6, "candidates": True, "c
 
 
 def _config(out: Path, algo: str, iterations: int, **changes) -> TrainConfig:
-    config = TrainConfig(algo=algo, env_kwargs=dict(ENV), model="tiny-1m", bc_episodes=4, bc_epochs=1,
+    config = TrainConfig(algo=algo, env_kwargs=dict(ENV), model=TEST_MODEL, bc_episodes=4, bc_epochs=1,
                          bc_compact_at=None, iterations=iterations, tasks_per_iter=2, group_size=2, continuations=1,
                          eval_episodes=1, eval_tasks=3, eval_initial=True, num_envs=4, seed=3, out=str(out),
                          pg=PGConfig(lr=1e-2, kl_coef=0.05),
@@ -116,7 +116,7 @@ def test_an_iteration_with_the_rollout_estimator_branches_from_session_boundarie
     make_env = lambda: gym.make(config.env_id, **config.env_kwargs)  # noqa: E731
     env = make_env()
     tokenizer = train_tokenizer([d.text for d in env.unwrapped.site.documents()], vocab_size=800)
-    agent = LLMAgent(build_tiny_model(tokenizer, "1m"), tokenizer, mode="choose", seed=0)
+    agent = LLMAgent(build_tiny_model(tokenizer, TEST_MODEL.removeprefix("tiny-")), tokenizer, mode="choose", seed=0)
     branched: list[Request] = []
     real_run = Collector.run
 
