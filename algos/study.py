@@ -78,8 +78,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         "eval_episodes": 4,  # success is near 0.1 here: 4 runs of each of the 10 test tasks, not 1
     },
 }
-# --quick: the same presets on a small site with tiny runs (what the tests run; the numbers mean nothing).
-QUICK = {"bc_episodes": 4, "bc_epochs": 1, "iterations": 1, "tasks_per_iter": 1, "group_size": 4,
+# --quick: the same presets on a small site with tiny runs of the smallest model (what the tests run; the numbers
+# mean nothing).
+QUICK = {"model": "tiny-100k", "bc_episodes": 4, "bc_epochs": 1, "iterations": 1, "tasks_per_iter": 1, "group_size": 4,
          "eval_episodes": 1, "eval_tasks": 3, "num_envs": 4, "continuations": 1}
 QUICK_ENV = {"compaction": {"site_size": 120, "hops": 1, "session_max_tokens": 700, "max_steps": 8},
              "fork": {"site_size": 120, "hops": 2, "max_steps": 12, "session_max_tokens": 1600}}

@@ -16,7 +16,7 @@ subprocess that imports the same libraries and builds the same model, the floor 
 
 Usage:
     python -m mosaic_gym.bench.bench_iteration            # demo defaults, warm start, 1 RL iteration each
-    python -m mosaic_gym.bench.bench_iteration --quick    # fresh model, 1 group of 2, small site, 4 steps
+    python -m mosaic_gym.bench.bench_iteration --quick    # fresh tiny-100k model, 1 group of 2, small site, 4 steps
 """
 
 from __future__ import annotations
@@ -55,9 +55,10 @@ ROWS = (("broadcast", "broadcast", "rollout"), ("mosaic-rollout", "mosaic", "rol
 PHASES = ("rollouts", "continuations", "scoring", "update")
 GOALS = {"mosaic-rollout": 2.0, "mosaic-likelihood": 1.2}
 # --quick: a small site, 4 steps and one group of two, so the three iterations and the memory run take seconds.
-QUICK_CONFIG = dict(tasks_per_iter=1, group_size=2, num_envs=2)
+QUICK_CONFIG = dict(model="tiny-100k", tasks_per_iter=1, group_size=2, num_envs=2)
 QUICK_ENV = {"site_size": 120, "max_steps": 4}
-QUICK_TRAIN_ARGS = ["--site-size", "120", "--max-steps", "4", "--bc-episodes", "2", "--bc-epochs", "1",
+QUICK_TRAIN_ARGS = ["--model", "tiny-100k", "--site-size", "120", "--max-steps", "4", "--bc-episodes", "2",
+                    "--bc-epochs", "1",
                     "--tasks-per-iter", "1", "--group-size", "2", "--eval-episodes", "1", "--num-envs", "2"]
 
 
@@ -109,12 +110,13 @@ def peak_rss_mb(code: str) -> float:
 
 def train_memory(args: argparse.Namespace) -> dict[str, Any]:
     """Peak RSS of a short ``mosaic train`` run, and of a bare process that builds the same model."""
+    config = iteration_config(args)
     with tempfile.TemporaryDirectory() as tmp:
         train_args = (QUICK_TRAIN_ARGS if args.settings != "full" else []) + [
             "--iterations", str(args.memory_iterations), "--out", str(Path(tmp) / "run")]
         bare = ("import gymnasium as gym, torch, transformers, envs; from agents.models import default_texts, "
-                f"load_model; env = gym.make('mosaic/WebQA-v0', **{iteration_config(args).env_kwargs!r}); "
-                "load_model('tiny-1m', texts=default_texts(env=env), seed=0)")
+                f"load_model; env = gym.make('mosaic/WebQA-v0', **{config.env_kwargs!r}); "
+                f"load_model({config.model!r}, texts=default_texts(env=env), seed=0)")
         bare_mb = peak_rss_mb(bare)
         started = time.perf_counter()
         train_mb = peak_rss_mb(f"from mosaic_gym.cli import main; main(['train', *{train_args!r}])")
@@ -125,7 +127,7 @@ def train_memory(args: argparse.Namespace) -> dict[str, Any]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_settings_flags(parser, quick="fresh model, one group of 2 on a small site, 4 steps",
+    add_settings_flags(parser, quick="fresh tiny-100k model, one group of 2 on a small site, 4 steps",
                        smoke="as --quick")
     parser.add_argument("--bc-episodes", type=int, help="oracle demonstrations to warm-start on (default 30; "
                                                         "quick: 0, a fresh model)")
