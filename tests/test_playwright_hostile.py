@@ -336,7 +336,7 @@ def test_chromium_killed_at_random_moments_every_reset_and_step_recovers():
     # A kill during some Playwright calls (opening a tab) leaves them waiting until the timeout: keep it short.
     env.unwrapped.backend.timeout_s = 3.0
     try:
-        recovered, calls = run_kills(env, random.Random(13), episodes=5)
+        recovered, calls = run_kills(env, random.Random(13), episodes=3)
     finally:
         env.close()
     print(f"recovered {recovered} of {calls} calls with Chromium killed at a random moment")
