@@ -53,7 +53,7 @@ SPECIAL_TOKENS = (EOS_TOKEN, *ROLE_TAG.values())
 _PIECES = Regex(r"[^\W_]+|\s+|\S")
 
 TINY_SIZES: dict[str, dict[str, int]] = {
-    # Width, depth, heads and MLP width: 1.3M, 3.3M and 10.4M parameters with a 2,000-token vocabulary.
+    # Width, depth, heads and MLP width: 1.3M, 3.3M, 10.4M and 85k parameters with a 2,000-token vocabulary.
     "1m": dict(hidden_size=128, num_hidden_layers=4, num_attention_heads=4, intermediate_size=512),
     "3m": dict(hidden_size=192, num_hidden_layers=6, num_attention_heads=6, intermediate_size=576),
     "10m": dict(hidden_size=320, num_hidden_layers=7, num_attention_heads=8, intermediate_size=1024),
@@ -280,8 +280,8 @@ def load_model(
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """A causal LM and its tokenizer from a spec string.
 
-    ``spec`` is one of: ``"tiny-1m"``, ``"tiny-3m"``, ``"tiny-10m"`` (built now, untrained, with a tokenizer
-    trained on ``texts`` or on :func:`default_texts`); ``"smollm2"``; a local folder saved with
+    ``spec`` is one of: ``"tiny-100k"``, ``"tiny-1m"``, ``"tiny-3m"``, ``"tiny-10m"`` (built now, untrained, with
+    a tokenizer trained on ``texts`` or on :func:`default_texts`); ``"smollm2"``; a local folder saved with
     ``save_pretrained``; or a Hugging Face hub id (passed to ``from_pretrained``; it downloads only where the
     network allows).
 

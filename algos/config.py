@@ -70,7 +70,7 @@ class TrainConfig:
         "site_size": 600, "hops": 1, "max_steps": 8, "candidates": True,
         "session_max_tokens": 600})  # gym.make kwargs: a window that holds a search and one page, so two sessions
     # are needed: search and read, compact (the env asks), then answer from the summary
-    model: str = "tiny-1m"  # tiny-1m | tiny-3m | tiny-10m | smollm2 | a folder | a hub id
+    model: str = "tiny-1m"  # tiny-100k | tiny-1m | tiny-3m | tiny-10m | smollm2 | a folder | a hub id
     mode: str = "choose"  # LLMAgent mode: "choose" (score candidates) or "generate" (free text)
     temperature: float = 1.0  # sampling temperature during RL
     length_normalize: bool = False  # choose mode: score a candidate by its mean token log-prob, not the sum (so a

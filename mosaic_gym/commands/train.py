@@ -76,7 +76,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--budgets", type=budgets, default=None,
                    help="BudgetMix: '8' fixed, '4,8,16' uniform set, 'log:4-32' log-uniform, 'schedule:0=4,20=8'")
     p.add_argument("--env-kwargs", default="{}", help="more env kwargs as JSON")
-    p.add_argument("--model", default=d.model, help="tiny-1m | tiny-3m | tiny-10m | smollm2 | a folder | a hub id")
+    p.add_argument("--model", default=d.model,
+                   help="tiny-100k | tiny-1m | tiny-3m | tiny-10m | smollm2 | a folder | a hub id")
     p.add_argument("--mode", default=d.mode, choices=["choose", "generate"],
                    help="choose: score the env's candidate actions; generate: free text (pretrained models)")
     p.add_argument("--temperature", type=float, default=d.temperature, help="sampling temperature during RL")
