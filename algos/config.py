@@ -98,7 +98,9 @@ class TrainConfig:
     # quick checks: the full held-out success needs every task
     eval_initial: bool = False  # also measure held-out success before the warm start
     eval_budgets: list | None = None  # also held-out Pass@(1,T) at these budgets T, after warm start and RL
-    num_envs: int = 48  # envs stepped side by side
+    # Envs stepped side by side, their contexts acting as one batch. 24, not 48: on 2 cores a run took as long
+    # either way and peaked at 1.3 GB against 1.8 (docs/performance.md); more pays where a GPU batches.
+    num_envs: int = 24
     seed: int = 0  # seeds everything
     out: str = "runs/train"  # run folder: config, model, checkpoint, metrics, plot
     resume: bool = False  # continue from out/checkpoint.pt

@@ -46,8 +46,9 @@ def main(argv: list[str] | None = None) -> dict:
     args = p.parse_args(argv)
     out = Path(args.out)
     demo = TrainConfig()
+    # 48 envs, the demo's default when the README's results were made (the batching decides the samples).
     base = TrainConfig(algo=demo.algo, env_kwargs={**demo.env_kwargs, "max_steps": args.fixed, "show_budget": True},
-                       iterations=0, seed=args.seed, out=str(out / "warm_start"))
+                       iterations=0, num_envs=48, seed=args.seed, out=str(out / "warm_start"))
     if args.quick:
         base = dataclasses.replace(base, env_kwargs={**base.env_kwargs, "site_size": 150}, model="tiny-100k",
                                    bc_episodes=16, bc_epochs=1, tasks_per_iter=2, group_size=2, eval_episodes=1, eval_tasks=4,
