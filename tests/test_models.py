@@ -17,8 +17,10 @@ from agents.models import (
     TINY_SIZES,
     build_tiny_model,
     load_model,
+    _save_cache,
     load_smollm2,
     make_tiny,
+    smollm2_cache_dir,
     train_tokenizer,
 )
 from envs.prompts import ROLE_TAG, render_transcript
@@ -132,10 +134,10 @@ def test_default_tiny_tokenizer_knows_the_envs_words():
     assert tokenizer.encode("".join(pieces)) == [t for p in pieces for t in tokenizer.encode(p)]
 
 
-def test_smollm2_loads_offline_and_keeps_its_chat_template_append_only():
+def test_smollm2_loads_offline_and_keeps_its_chat_template_append_only(tmp_path):
     """Needs the ``smollm2`` extra (part of the README setup): a missing package fails here, naming the fix."""
     torch.set_num_threads(1)
-    model, tokenizer = load_smollm2()
+    model, tokenizer = load_smollm2(cache_dir=tmp_path)  # converted from the GGUF, and the copy kept
     assert model.config.model_type == "llama" and 130e6 < model.num_parameters() < 140e6
     assert tokenizer.chat_template
     agent = LLMAgent(model, tokenizer, temperature=0, max_new_tokens=3)
@@ -151,14 +153,45 @@ def test_smollm2_loads_offline_and_keeps_its_chat_template_append_only():
     n = len(second.prompt_ids)
     fresh = torch.log_softmax(logits[n - 1 : -1], -1).gather(1, torch.tensor(second.gen_ids)[:, None]).squeeze(1)
     torch.testing.assert_close(second.logprobs, fresh, atol=1e-3, rtol=0)
-    # A training run saves it (a GGUF load used to refuse: "quantized with gguf and is not serializable") and
-    # the folder loads back as the same model.
-    with tempfile.TemporaryDirectory() as folder:
-        model.save_pretrained(folder)
-        tokenizer.save_pretrained(folder)
-        again, again_tokenizer = load_model(folder)
-        with torch.no_grad():
-            reloaded = again(torch.tensor([second.prompt_ids + second.gen_ids])).logits[0].float()
-    torch.testing.assert_close(reloaded, logits, atol=1e-4, rtol=0)
+    # The converted copy was saved (a GGUF load used to refuse: "quantized with gguf and is not serializable"),
+    # whole, and the next load reads it: the same model, bit for bit, and the same tokenizer.
+    [copy] = tmp_path.iterdir()
+    assert (copy / "complete").is_file() and not [p for p in tmp_path.iterdir() if p != copy]
+    again, again_tokenizer = load_smollm2(cache_dir=tmp_path)
+    with torch.no_grad():
+        reloaded = again(torch.tensor([second.prompt_ids + second.gen_ids])).logits[0].float()
+    assert torch.equal(reloaded, logits)
     assert again_tokenizer.chat_template == tokenizer.chat_template
     assert again_tokenizer.encode(messages[1]["content"]) == tokenizer.encode(messages[1]["content"])
+    # A training run saves it, and that folder loads back as the same model too.
+    with tempfile.TemporaryDirectory() as folder:
+        again.save_pretrained(folder)
+        again_tokenizer.save_pretrained(folder)
+        third, _ = load_model(folder)
+        with torch.no_grad():
+            assert torch.equal(third(torch.tensor([second.prompt_ids + second.gen_ids])).logits[0].float(), logits)
+
+
+def test_the_smollm2_cache_folder_follows_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("MOSAIC_GYM_CACHE", str(tmp_path / "mine"))
+    assert smollm2_cache_dir() == tmp_path / "mine"
+    monkeypatch.setenv("MOSAIC_GYM_CACHE", "")
+    assert smollm2_cache_dir() is None  # empty: no cache
+    monkeypatch.delenv("MOSAIC_GYM_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert smollm2_cache_dir() == tmp_path / "xdg" / "mosaic-gym"
+
+
+def test_a_cache_copy_is_whole_or_absent_and_an_unwritable_cache_is_skipped(tokenizer, tmp_path):
+    model = build_tiny_model(tokenizer, "100k")
+    _save_cache(model, tokenizer, tmp_path / "copy")
+    assert (tmp_path / "copy" / "complete").is_file() and [p.name for p in tmp_path.iterdir()] == ["copy"]
+    again, _ = load_model(str(tmp_path / "copy"))
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), again.state_dict().values()))
+    # Beside a copy already there (another process won the race), or in a folder that cannot be written: no
+    # error, nothing half-written left behind.
+    _save_cache(model, tokenizer, tmp_path / "copy")
+    assert [p.name for p in tmp_path.iterdir()] == ["copy"]
+    (tmp_path / "a-file").write_text("not a folder")
+    _save_cache(model, tokenizer, tmp_path / "a-file" / "copy")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "copy"]
