@@ -24,7 +24,7 @@ NOT_SETTINGS = ("out", "resume", "ray", "warm_start_from")  # where the run live
 # envs step and where its warm start was computed (the results are the same): not what it computes
 WARM_START_FREE = ("algo", "pg.advantage", "pg.lambda_use", "pg.beta", "pg.adv_clip", "pg.normalize_std",
                    "pg.lr", "pg.weight_decay", "pg.clip_eps", "pg.epochs", "pg.kl_coef", "pg.max_grad_norm",
-                   "estimator", "continuations", "budgets", "iterations", "tasks_per_iter", "group_size", "log_groups")
+                   "estimator", "continuations", "root_start", "budgets", "iterations", "tasks_per_iter", "group_size", "log_groups")
 """The settings a run may change from the run whose warm start it takes (``warm_start_from``): nothing before the
 first RL iteration reads them, so arms that differ only in these start RL from one warm start, computed once.
 (The RL optimiser has taken no step when a warm start ends, so its learning rate and the update's other settings
@@ -93,6 +93,9 @@ class TrainConfig:
     budgets: str | None = None  # BudgetMix spec ("8", "4,8,16", "log:4-32", "schedule:0=4,20=8"); None: env's
     estimator: str = "rollout"  # Mosaic's marginal contribution: "rollout" or "likelihood"
     continuations: int = 2  # Mosaic rollout estimator: continuations M per session boundary
+    # Mosaic rollout estimator: the root chain's start, V(reset): "rollout" (M continuations per trajectory) or
+    # "group_rollout" (M per group, shared: every trajectory of a group resets to the same state)
+    root_start: str = "rollout"
     eval_episodes: int = 4  # held-out runs per test task for the success rate
     eval_tasks: int | None = None  # held-out evaluation on the first N test tasks only (None: every test task); for
     # quick checks: the full held-out success needs every task
@@ -116,6 +119,8 @@ class TrainConfig:
             raise ValueError(f"algo={self.algo!r}: use 'broadcast' or 'mosaic'")
         if self.estimator not in ("rollout", "likelihood"):
             raise ValueError(f"estimator={self.estimator!r}: use 'rollout' or 'likelihood'")
+        if self.root_start not in ("rollout", "group_rollout"):
+            raise ValueError(f"root_start={self.root_start!r}: use 'rollout' or 'group_rollout'")
         self.bc_styles = check_styles(self.bc_styles)
         _check_count("log_groups", self.log_groups, 0, "give how many groups per iteration to log (0: none)")
         if self.eval_tasks is not None:

@@ -50,7 +50,7 @@ def chains(trajectory: Trajectory) -> list[list[int]]:
     return out
 
 
-ROOT_STARTS = ("rollout", "group_mean")
+ROOT_STARTS = ("rollout", "group_rollout", "group_mean")
 """Where a root chain's value starts (:func:`rollout_contributions`' ``root_start``)."""
 
 
@@ -62,6 +62,10 @@ def rollout_contributions(group: Sequence[Trajectory], collector: Collector, age
 
     - ``"rollout"``: V(reset state) from M continuations of the trajectory's own reset snapshot, the same
       estimator as every other boundary;
+    - ``"group_rollout"``: one V(reset state) for the whole group, from M continuations of its first
+      trajectory's reset snapshot. A group is one task at one budget, so every trajectory starts from the same
+      state: the same value, estimated once, at 1/G of the root's continuations (full episodes, most of the
+      estimator's cost), and no noise of its own between the group's first sessions;
     - ``"group_mean"``: the group's mean reward. Conditioned on the group's own outcomes, it biases the first
       session against the rest: in an all-success group it is 1, so a first session can only lose.
 
@@ -76,6 +80,9 @@ def rollout_contributions(group: Sequence[Trajectory], collector: Collector, age
     if not all(t.snapshots.get("session_start") for t in group):
         raise ValueError("rollout contributions branch from env snapshots: collect the group with "
                          "Collector.run(..., record_snapshots=True)")
+    if root_start == "group_rollout" and len({(t.task_id, t.budget) for t in group}) > 1:
+        raise ValueError("root_start='group_rollout' shares one V(reset) across the group: its trajectories "
+                         f"need one task and budget, got {sorted({(t.task_id, t.budget) for t in group})}")
     mean_reward = float(np.mean([t.reward for t in group]))
     wanted: list[tuple[int, str, int]] = []
     for i, t in enumerate(group):
@@ -85,8 +92,10 @@ def rollout_contributions(group: Sequence[Trajectory], collector: Collector, age
                 wanted.append((i, "fork_before", chain[0]))
                 if chain[0] in t.snapshots["fork_after"]:
                     wanted.append((i, "fork_after", chain[0]))
-    if root_start != "group_mean":
+    if root_start == "rollout":
         wanted += [(i, "session_start", chains(t)[0][0]) for i, t in enumerate(group)]
+    elif root_start == "group_rollout" and group:
+        wanted.append((0, "session_start", chains(group[0])[0][0]))
     wanted = [w for w in wanted if w[2] in group[w[0]].snapshots[w[1]]]
     requests = [Request(seed=seed + 7919 * n + m, options={"snapshot": group[i].snapshots[kind][sid]})
                 for n, (i, kind, sid) in enumerate(wanted) for m in range(continuations)]
@@ -94,8 +103,10 @@ def rollout_contributions(group: Sequence[Trajectory], collector: Collector, age
     values = {w: float(np.mean([r.reward for r in runs[n * continuations:(n + 1) * continuations]]))
               for n, w in enumerate(wanted)}
     starts = [mean_reward] * len(group)
-    if root_start != "group_mean":
+    if root_start == "rollout":
         starts = [values[(i, "session_start", chains(t)[0][0])] for i, t in enumerate(group)]
+    elif root_start == "group_rollout" and group:
+        starts = [values[(0, "session_start", chains(group[0])[0][0])]] * len(group)
     return [_chain_contributions(t, lambda kind, sid, i=i: values.get((i, kind, sid)), starts[i], mean_reward)
             for i, t in enumerate(group)]
 

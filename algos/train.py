@@ -274,7 +274,7 @@ def rl_iteration(config: TrainConfig, it: int, agent: LLMAgent, learner: PolicyG
             if config.estimator == "rollout":
                 with times.phase("continuations"):
                     d = credit.rollout_contributions(group, collector, agent, config.continuations,
-                                                     seed=int(rng.integers(2**31)))
+                                                     seed=int(rng.integers(2**31)), root_start=config.root_start)
             else:
                 with times.phase("scoring"):
                     d = credit.likelihood_contributions(group, agent.model, agent.encode_action,

@@ -185,6 +185,31 @@ def test_the_first_session_credit_does_not_depend_on_how_the_rest_of_the_group_e
         first("fail", "mean")
 
 
+def test_a_group_rollout_root_start_is_one_value_for_the_group_from_m_continuations(group, task, monkeypatch):
+    """Every trajectory of a group resets to the same state (one task, one budget), so V(reset) can be estimated
+    once: M continuations for the group instead of M per trajectory, the same credit where V(reset) is sure."""
+    runs = list(group.values())
+    asked: list[int] = []
+    real_run = Collector.run
+
+    def counting_run(self, agent, requests, **kwargs):
+        asked.append(len(requests))
+        return real_run(self, agent, requests, **kwargs)
+
+    monkeypatch.setattr(Collector, "run", counting_run)
+    d = {start: rollout_contributions(runs, Collector(_make_env, 4), AnswerIfSeen(_make_env()), continuations=2,
+                                      seed=0, root_start=start) for start in ("rollout", "group_rollout")}
+    # The policy's V(reset) is 0 for every trajectory (nothing seen yet): shared or not, the same credit.
+    for per_trajectory, shared in zip(d["rollout"], d["group_rollout"]):
+        assert shared == pytest.approx(per_trajectory)
+    # The root's continuations: 2 per trajectory, against 2 for the whole group.
+    assert asked[0] - asked[1] == 2 * (len(runs) - 1)
+    # A group of two tasks or budgets has no one reset state: refused, naming what it needs.
+    with pytest.raises(ValueError, match="one task and budget"):
+        rollout_contributions([group["useful"], _cut(task)], Collector(_make_env, 2), AnswerIfSeen(_make_env()),
+                              continuations=1, seed=0, root_start="group_rollout")
+
+
 def test_a_fork_made_on_the_last_step_never_acts_and_gets_no_credit(group, task):
     # Budget 1: the root's only step forks, and the episode ends there. The child never acted, so neither it
     # nor the root (which started and ended at V = 0) moved anything.

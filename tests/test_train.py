@@ -226,9 +226,14 @@ def test_train_command_without_arguments_is_the_embedded_default():
     default = TrainConfig()
     assert {k: v for k, v in config.env_kwargs.items() if k != "site_seed"} == default.env_kwargs
     for name in ("algo", "model", "mode", "bc_episodes", "bc_epochs", "bc_compact_at", "iterations", "tasks_per_iter",
-                 "group_size", "estimator", "continuations", "eval_episodes", "num_envs", "seed"):
+                 "group_size", "estimator", "continuations", "root_start", "eval_episodes", "num_envs",
+                 "seed"):
         assert getattr(config, name) == getattr(default, name), name
     assert config.pg == default.pg
+    shared = config_from_args(build_parser().parse_args(["train", "--root-start", "group_rollout"]))
+    assert shared.root_start == "group_rollout"
+    with pytest.raises(ValueError, match="root_start='group': use 'rollout' or 'group_rollout'"):
+        TrainConfig(root_start="group")
 
 
 @pytest.mark.parametrize("run", ["broadcast_run", "mosaic_run"])

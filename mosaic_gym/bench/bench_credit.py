@@ -14,6 +14,8 @@ Variants (``root_start`` of the root chain, and the floor under std(D) in eq. (5
 
 - ``group_mean``: the chain starts at the group's mean reward (the behaviour before issue 16);
 - ``rollout``: it starts at V(reset) from M continuations of the trajectory's own reset snapshot;
+- ``group_rollout``: it starts at one V(reset) per group, from M continuations of its first trajectory's reset
+  snapshot (every trajectory of a group starts from the same state);
 - ``group_mean+floor`` / ``rollout+floor``: as named, with ``min_contribution_std=--floor``.
 
 Prints one JSON object (and writes it to ``--out``): per variant, the per-seed figures and their mean +- 95%
@@ -47,6 +49,7 @@ DEMO = {"site_size": 600, "hops": 1, "max_steps": 8, "candidates": True, "sessio
 VARIANTS = {  # name: (root_start, min_contribution_std or None for --floor)
     "group_mean": ("group_mean", 0.0),
     "rollout": ("rollout", 0.0),
+    "group_rollout": ("group_rollout", 0.0),
     "group_mean+floor": ("group_mean", None),
     "rollout+floor": ("rollout", None),
 }

@@ -22,7 +22,7 @@ SETS = {
     "site_seed": ("env_kwargs.site_seed",), "hops": ("env_kwargs.hops",), "max_steps": ("env_kwargs.max_steps",),
     "session_max_tokens": ("env_kwargs.session_max_tokens",), "budgets": ("budgets",), "model": ("model",),
     "mode": ("mode", "env_kwargs.candidates"), "group_size": ("group_size",), "tasks_per_iter": ("tasks_per_iter",),
-    "iterations": ("iterations",), "estimator": ("estimator",), "continuations": ("continuations",),
+    "iterations": ("iterations",), "estimator": ("estimator",), "continuations": ("continuations",), "root_start": ("root_start",),
     "lambda_use": ("pg.lambda_use",), "beta": ("pg.beta",), "dr_grpo": ("pg.normalize_std",), "lr": ("pg.lr",),
     "kl_coef": ("pg.kl_coef",), "micro_batch_tokens": ("pg.micro_batch_tokens",), "bc_episodes": ("bc_episodes",),
     "bc_epochs": ("bc_epochs",), "bc_compact_at": ("bc_compact_at",), "eval_episodes": ("eval_episodes",),
@@ -97,6 +97,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="Mosaic: how marginal contributions are estimated")
     p.add_argument("--continuations", type=_continuations, default=d.continuations,
                    help="Mosaic rollout estimator: M")
+    p.add_argument("--root-start", default=d.root_start, choices=["rollout", "group_rollout"],
+                   help="Mosaic rollout estimator: V(reset) from M continuations per trajectory, or M per group "
+                        "(shared; 1/G of the root's continuations)")
     p.add_argument("--lambda-use", type=float, default=d.pg.lambda_use, help="Mosaic: session-usage weight")
     p.add_argument("--beta", type=float, default=d.pg.beta, help="Mosaic: marginal-contribution weight")
     p.add_argument("--dr-grpo", nargs=0, const=True, default=False,
@@ -134,7 +137,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         "HOST:6379, ray://HOST:10001), that cluster's (the same results as in-process envs)")
     p.add_argument("--warm-start-from", default=None, metavar="RUN",
                    help="start RL from the warm start of RUN, a finished run with --iterations 0 and the same "
-                        "settings but --algo, --estimator, --continuations, --budgets, --iterations, "
+                        "settings but --algo, --estimator, --continuations, --root-start, --budgets, --iterations, "
                         "--tasks-per-iter, --group-size, --lambda-use, --beta, --log-groups (the same result as "
                         "computing it again: arms of a comparison share one warm start)")
     p.add_argument("--resume", nargs=0, const=True, default=False,
@@ -173,7 +176,8 @@ def config_from_args(args: argparse.Namespace):
         eval_initial=args.eval_initial,
         iterations=args.iterations,
         tasks_per_iter=args.tasks_per_iter, group_size=args.group_size, budgets=args.budgets,
-        estimator=args.estimator, continuations=args.continuations, eval_episodes=args.eval_episodes,
+        estimator=args.estimator, continuations=args.continuations, root_start=args.root_start,
+        eval_episodes=args.eval_episodes,
         eval_tasks=args.eval_tasks, num_envs=args.num_envs, seed=args.seed, out=args.out or f"runs/{args.algo}",
         resume=args.resume, pg=pg,
         temperature=args.temperature, length_normalize=args.length_normalize, max_new_tokens=args.max_new_tokens,
