@@ -307,7 +307,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                         "oracle: OracleAgent itself (remembers its plan, so its continuations do not)")
     p.add_argument("--num-envs", type=int, default=16, help="envs stepped side by side")
     p.add_argument("--out", type=Path, default=None, help="also write the JSON here")
-    args = fill_defaults(p.parse_args(argv), {"seeds": 2, "groups": 4}, {"seeds": 5, "groups": 16})
+    args = p.parse_args(argv)
+    args.settings = "quick" if args.quick else "full"
+    args = fill_defaults(args, {"quick": {"seeds": 2, "groups": 4}, "full": {"seeds": 5, "groups": 16}})
     if args.study == "summary":
         return summary_main(args)
     variants = tuple(VARIANTS)
