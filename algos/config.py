@@ -24,7 +24,8 @@ NOT_SETTINGS = ("out", "resume", "ray", "warm_start_from")  # where the run live
 # envs step and where its warm start was computed (the results are the same): not what it computes
 WARM_START_FREE = ("algo", "pg.advantage", "pg.lambda_use", "pg.beta", "pg.adv_clip", "pg.normalize_std",
                    "pg.lr", "pg.weight_decay", "pg.clip_eps", "pg.epochs", "pg.kl_coef", "pg.max_grad_norm",
-                   "estimator", "continuations", "root_start", "budgets", "iterations", "tasks_per_iter", "group_size", "log_groups")
+                   "estimator", "continuations", "root_start", "budgets", "iterations", "tasks_per_iter", "group_size",
+                   "log_groups")
 """The settings a run may change from the run whose warm start it takes (``warm_start_from``): nothing before the
 first RL iteration reads them, so arms that differ only in these start RL from one warm start, computed once.
 (The RL optimiser has taken no step when a warm start ends, so its learning rate and the update's other settings

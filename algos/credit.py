@@ -92,21 +92,19 @@ def rollout_contributions(group: Sequence[Trajectory], collector: Collector, age
                 wanted.append((i, "fork_before", chain[0]))
                 if chain[0] in t.snapshots["fork_after"]:
                     wanted.append((i, "fork_after", chain[0]))
+    roots: list[tuple[int, str, int]] = []  # each trajectory's root start (none: the group mean)
     if root_start == "rollout":
-        wanted += [(i, "session_start", chains(t)[0][0]) for i, t in enumerate(group)]
+        roots = [(i, "session_start", chains(t)[0][0]) for i, t in enumerate(group)]
     elif root_start == "group_rollout" and group:
-        wanted.append((0, "session_start", chains(group[0])[0][0]))
+        roots = [(0, "session_start", chains(group[0])[0][0])] * len(group)  # the group's first, shared
+    wanted += list(dict.fromkeys(roots))
     wanted = [w for w in wanted if w[2] in group[w[0]].snapshots[w[1]]]
     requests = [Request(seed=seed + 7919 * n + m, options={"snapshot": group[i].snapshots[kind][sid]})
                 for n, (i, kind, sid) in enumerate(wanted) for m in range(continuations)]
     runs = collector.run(agent, requests, progress=None) if requests else []
     values = {w: float(np.mean([r.reward for r in runs[n * continuations:(n + 1) * continuations]]))
               for n, w in enumerate(wanted)}
-    starts = [mean_reward] * len(group)
-    if root_start == "rollout":
-        starts = [values[(i, "session_start", chains(t)[0][0])] for i, t in enumerate(group)]
-    elif root_start == "group_rollout" and group:
-        starts = [values[(0, "session_start", chains(group[0])[0][0])]] * len(group)
+    starts = [values[key] for key in roots] if roots else [mean_reward] * len(group)
     return [_chain_contributions(t, lambda kind, sid, i=i: values.get((i, kind, sid)), starts[i], mean_reward)
             for i, t in enumerate(group)]
 

@@ -190,7 +190,7 @@ def _rl_loop(run: _Run, sampler: Any, rng: np.random.Generator) -> None:
     bar = progress_bar(total=config.iterations, initial=state["iteration"], desc=f"RL ({config.algo})")
     while state["iteration"] < config.iterations:
         it = state["iteration"]
-        log_to = out / "trajectories" / f"iteration-{it:04d}{logs.SUFFIX}" if config.log_groups else None
+        log_to = _iteration_log(out, it) if config.log_groups else None
         metrics = rl_iteration(config, it, run.agent, run.learner, run.collector, run.env, sampler, rng, log_to)
         state["history"].append(metrics)
         with metrics_path.open("a") as f:
@@ -225,7 +225,7 @@ def _finish(run: _Run, model: torch.nn.Module, tokenizer: Any, adapters: Any = N
     if config.algo == "mosaic":
         # Where this run's credit departed from broadcast's on its logged groups (docs/algorithms.md, section 8):
         # this run's own iteration logs only (a folder may hold an older run's later iterations).
-        paths = [out / "trajectories" / f"iteration-{it:04d}{logs.SUFFIX}" for it in range(config.iterations)]
+        paths = [_iteration_log(out, it) for it in range(config.iterations)]
         try:
             compared = compare_credit(r for path in paths if path.is_file() for r in logs.read(path))
         except ValueError as err:  # a damaged log (logs.LogError is one) costs the comparison, not the summary
@@ -526,6 +526,11 @@ def _report(summary: dict[str, Any]) -> str:
         + ([f"  RL gain {summary['rl_gain']:+.3f} +- {summary['rl_gain_stderr']:.3f} (mean over test tasks, paired, "
             f"+- one standard error)"] if "rl_gain" in summary else [])
         + ([_credit_line(summary["credit_vs_broadcast"])] if "credit_vs_broadcast" in summary else []))
+
+
+def _iteration_log(out: Path, it: int) -> Path:
+    """Where iteration ``it`` of the run in ``out`` logs its sampled groups."""
+    return out / "trajectories" / f"iteration-{it:04d}{logs.SUFFIX}"
 
 
 def _credit_line(c: dict[str, Any]) -> str:
