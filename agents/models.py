@@ -26,7 +26,10 @@ import importlib.metadata
 import json
 import os
 import re
+import shutil
 import socket
+import tempfile
+import warnings
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -230,11 +233,14 @@ def load_smollm2(dtype: torch.dtype = torch.float32, cache_dir: str | Path | Non
         except ImportError:
             raise ModuleNotFoundError(f"loading SmolLM2 needs {module}: {SMOLLM2_INSTALL}") from None
     root = smollm2_cache_dir() if cache_dir is True else (Path(cache_dir) if cache_dir else None)
-    stat = gguf_path.stat()
-    key = hashlib.sha256(f"{gguf_path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:16]
-    cached = root / f"smollm2-{key}" if root is not None else None
+    cached = smollm2_cache_copy(root, gguf_path) if root is not None else None
     if cached is not None and (cached / "complete").is_file():
-        return load_model(str(cached), dtype=dtype)
+        try:
+            return load_model(str(cached), dtype=dtype)
+        except Exception as err:  # noqa: BLE001 (a copy is disposable: whatever broke it, the GGUF makes it again)
+            warnings.warn(f"the converted SmolLM2 in {cached} does not load ({type(err).__name__}: {err}); "
+                          "converting the GGUF again and replacing it", stacklevel=2)
+            shutil.rmtree(cached, ignore_errors=True)
     folder, name = str(gguf_path.parent), gguf_path.name
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
     model = plain_copy(AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)).eval()
@@ -245,12 +251,17 @@ def load_smollm2(dtype: torch.dtype = torch.float32, cache_dir: str | Path | Non
     return model.to(dtype), tokenizer
 
 
+def smollm2_cache_copy(root: Path, gguf_path: Path) -> Path:
+    """The folder under ``root`` for the converted copy of ``gguf_path``: named by its path, size and mtime, so
+    that a reinstalled or changed GGUF gets a copy of its own."""
+    stat = gguf_path.stat()
+    key = hashlib.sha256(f"{gguf_path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+    return Path(root) / f"smollm2-{key}"
+
+
 def _save_cache(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, folder: Path) -> None:
     """``save_pretrained`` into ``folder``, written beside it and renamed into place, so that a reader sees a
     whole copy or none; any failure (a read-only or full disk) leaves no copy and is not raised."""
-    import shutil
-    import tempfile
-
     staging = None
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)

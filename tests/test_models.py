@@ -19,7 +19,9 @@ from agents.models import (
     _save_cache,
     load_smollm2,
     make_tiny,
+    smollm2_cache_copy,
     smollm2_cache_dir,
+    smollm2_gguf,
     train_tokenizer,
 )
 from envs.prompts import ROLE_TAG, render_transcript
@@ -136,7 +138,13 @@ def test_default_tiny_tokenizer_knows_the_envs_words():
 def test_smollm2_loads_offline_and_keeps_its_chat_template_append_only(tmp_path):
     """Needs the ``smollm2`` extra (part of the README setup): a missing package fails here, naming the fix."""
     torch.set_num_threads(1)
-    model, tokenizer = load_smollm2(cache_dir=tmp_path)  # converted from the GGUF, and the copy kept
+    # A copy left damaged (a disk that filled up, a hand edit) is converted again and replaced, with a warning.
+    damaged = smollm2_cache_copy(tmp_path, smollm2_gguf())
+    damaged.mkdir()
+    (damaged / "complete").write_text("")
+    (damaged / "model.safetensors").write_bytes(b"\x00" * 64)
+    with pytest.warns(UserWarning, match="(?s)does not load.*converting the GGUF again"):
+        model, tokenizer = load_smollm2(cache_dir=tmp_path)  # converted from the GGUF, and the copy kept
     assert model.config.model_type == "llama" and 130e6 < model.num_parameters() < 140e6
     assert tokenizer.chat_template
     agent = LLMAgent(model, tokenizer, temperature=0, max_new_tokens=3)
