@@ -94,6 +94,10 @@ class LLMAgent(RecordingAgent):
         reuse_kv: keep each session's keys/values between steps (off: recompute the whole context each step,
             over the same tokens; for checking and for models whose cache cannot be sliced).
         max_score_tokens: choose mode: at most this many cached-plus-new token slots per scoring pass.
+        max_prompt_tokens: at most this many new-token slots (envs x the widest prompt's new tokens) per pass over
+            the prompts; a batch past it goes through in runs of consecutive envs, into one cache. A pass's
+            transients grow with it (the MLP's activations, the attention mask of new x all tokens): a batch of
+            24 fresh 1,500-token prompts is 36,000 slots.
         examples: messages put after the env's system message in every prompt: a worked exchange that shows a
             small instruct model the call format (:data:`envs.prompts.EXAMPLE_EXCHANGE`; ``()``: none). They
             are the agent's own prefix: the env's window does not count them.
@@ -121,6 +125,7 @@ class LLMAgent(RecordingAgent):
         length_normalize: bool = False,
         reuse_kv: bool = True,
         max_score_tokens: int = 1 << 16,
+        max_prompt_tokens: int = 8192,
         examples: Sequence[dict[str, str]] = (),
     ) -> None:
         if mode not in ("generate", "choose"):
@@ -136,6 +141,9 @@ class LLMAgent(RecordingAgent):
         self.length_normalize = length_normalize
         self.reuse_kv = reuse_kv
         self.max_score_tokens = max_score_tokens
+        if max_prompt_tokens < 1:
+            raise ValueError(f"max_prompt_tokens must be >= 1, got {max_prompt_tokens}")
+        self.max_prompt_tokens = max_prompt_tokens
         self.examples = [dict(m) for m in examples]
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self._sessions: dict[tuple[int, Hashable], _Session] = {}
@@ -261,7 +269,8 @@ class LLMAgent(RecordingAgent):
         right-aligned in the last ``S``; the gap between is masked padding. Position ids are each row's own
         (cached length onward), so rotary embeddings match an unpadded pass; the causal mask runs over columns.
         The cache holds room for the ``S`` columns and ``room`` more (the passes that follow on it), written in
-        place (:func:`agents.lm.reserved_cache`).
+        place (:func:`agents.lm.reserved_cache`). A batch of more than ``max_prompt_tokens`` new-token slots
+        goes through in runs of consecutive rows, in the same layout, each writing its rows of one cache.
         """
         batch, past = len(rows), max(r.past for r in rows)
         width = max(len(r.new_ids) for r in rows)
@@ -280,16 +289,32 @@ class LLMAgent(RecordingAgent):
         for row in rows:
             row.kv = None  # in the batch now (see _Row)
         mask = mask.to(self.device)
-        out = self.model(
-            input_ids=input_ids.to(self.device),
-            attention_mask=mask,
-            position_ids=positions.to(self.device),
-            use_cache=True,
-            **{self._cache_kwarg: cache},
-            logits_to_keep=logits_to_keep,
-        )
+        step = max(1, self.max_prompt_tokens // width)  # rows per pass
+        whole = step >= batch
+        logits = []
+        for start in range(0, batch, step):
+            stop = min(start + step, batch)
+            if whole:
+                part = cache
+            elif past > 0:
+                part = cache_rows(cache, start, stop)  # (these rows of the batch's buffers, written in place)
+            else:
+                part = DynamicCache()  # (a first step: these rows' keys are copied into the batch's cache below)
+            out = self.model(
+                input_ids=input_ids[start:stop].to(self.device),
+                attention_mask=mask[start:stop],
+                position_ids=positions[start:stop].to(self.device),
+                use_cache=True,
+                **{self._cache_kwarg: part},
+                logits_to_keep=logits_to_keep,
+            )
+            logits.append(out.logits)
+            if not whole and past == 0:
+                cache = _into_batch(cache if start > 0 else None, part, start, batch, width + room)
+        if not whole and past > 0:  # each run extended its rows; the batch's cache now holds the new columns too
+            cache = reserved_cache([layer.buffers for layer in cache.layers], past + width)
         next_positions = torch.tensor([r.past + len(r.new_ids) for r in rows], device=self.device)
-        return out.logits, cache, mask, next_positions
+        return torch.cat(logits) if len(logits) > 1 else logits[0], cache, mask, next_positions
 
     def _stack_past(self, rows: Sequence[_Row], past: int, capacity: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """The rows' cached keys and values right-aligned in the first ``past`` of ``capacity`` columns."""
@@ -445,6 +470,21 @@ class LLMAgent(RecordingAgent):
             chunks[-1].append(e)
             widest = max(widest, new)
         return chunks
+
+
+def _into_batch(cache: DynamicCache | None, part: DynamicCache, start: int, batch: int, capacity: int
+                ) -> DynamicCache:
+    """``part``'s rows written into rows ``start:`` of ``cache``, a :func:`agents.lm.reserved_cache` of ``batch``
+    rows and ``capacity`` columns (None: made here, from ``part``'s shapes)."""
+    if cache is None:
+        buffers = [tuple(t.new_zeros((batch, t.shape[1], capacity, t.shape[3])) for t in (l.keys, l.values))
+                   for l in part.layers]
+        cache = reserved_cache(buffers, part.layers[0].keys.shape[2])
+    for layer, done in zip(cache.layers, part.layers):
+        length = done.keys.shape[2]
+        for buffer, new in zip(layer.buffers, (done.keys, done.values)):
+            buffer[start : start + new.shape[0], :, :length] = new
+    return cache
 
 
 def _rows_of(cache: DynamicCache, rows: Sequence[int], room: int = 0) -> DynamicCache:

@@ -311,6 +311,37 @@ def test_choose_batches_envs_and_small_score_budgets_agree(tiny):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("mode", ["generate", "choose"])
+def test_prompts_past_max_prompt_tokens_go_through_in_runs_and_act_the_same(tiny, mode):
+    # One row per pass (a cap below any prompt's width) against the whole batch in one pass, over three steps:
+    # the first with no cache (the runs' keys copied into the batch's cache), then from each session's cache
+    # (the runs writing their rows of it in place). The same actions, and the same log-probs to float rounding
+    # (a matrix product over fewer rows may sum in another order).
+    model, tokenizer = tiny
+    questions = ["where was Edra Vane born?", "a longer question about Mira Quell and Varn Holt?", "Oskarde?"]
+    candidates = ['search("Edra Vane")', "open(1)", 'answer("Oskarde")']
+    runs = []
+    for cap in (1 << 20, 1):
+        agent = LLMAgent(model, tokenizer, mode=mode, temperature=1.0, seed=3, max_new_tokens=12,
+                         max_prompt_tokens=cap)
+        turns, steps = [[] for _ in questions], []
+        for k in range(3):
+            messages = [_messages(q, t) for q, t in zip(questions, turns)]
+            actions, batch = agent.act_batch_recorded([render_transcript(m) for m in messages],
+                                                      [_info(m, candidates=candidates) for m in messages])
+            steps += batch
+            for t, action in zip(turns, actions):
+                t.append((action, f"[Result {k}]"))
+        runs.append(steps)
+    for a, b in zip(*runs):
+        assert (a.text, a.prompt_ids, a.gen_ids) == (b.text, b.prompt_ids, b.gen_ids)
+        torch.testing.assert_close(a.logprobs, b.logprobs, atol=1e-5, rtol=0)
+        if mode == "choose":
+            torch.testing.assert_close(a.choice_probs, b.choice_probs, atol=1e-6, rtol=0)
+    with pytest.raises(ValueError, match="max_prompt_tokens must be >= 1"):
+        LLMAgent(model, tokenizer, max_prompt_tokens=0)
+
+
 def test_choose_records_the_policy_the_learner_computes(tiny):
     # The agent's recorded probabilities and log-prob are candidate_log_policy's, the learner's function, applied
     # to the candidates' token log-probs: acting and learning share one policy, not two copies kept equal.
