@@ -22,6 +22,7 @@ import contextlib
 import dataclasses
 import json
 import random
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -250,7 +251,8 @@ def rl_iteration(config: TrainConfig, it: int, agent: LLMAgent, learner: PolicyG
     random number, so it changes no result.
 
     The metrics include the seconds of each phase (:class:`PhaseTimes`: ``time_rollouts``,
-    ``time_continuations``, ``time_scoring``, ``time_update``, ``time_total``); timing changes no result.
+    ``time_continuations``, ``time_scoring``, ``time_update``, ``time_total``) and the process's peak resident
+    memory so far (``memory_peak_mib``); measuring changes no result.
     """
     times = PhaseTimes()
     tasks = env.unwrapped.tasks
@@ -313,7 +315,19 @@ def rl_iteration(config: TrainConfig, it: int, agent: LLMAgent, learner: PolicyG
         **{f"groups_{k}": v for k, v in group_diversity(groups).items()},
         **{k: float(v) for k, v in stats.items()},
         **times.metrics(),
+        "memory_peak_mib": peak_rss_mib(),
     }
+
+
+def peak_rss_mib() -> float | None:
+    """This process's peak resident memory so far, in MiB (``getrusage``'s ``ru_maxrss``); None where there is
+    none (Windows)."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return round(peak / (2**20 if sys.platform == "darwin" else 2**10), 1)  # (bytes on macOS, KiB on Linux)
 
 
 class PhaseTimes:

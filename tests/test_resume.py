@@ -71,10 +71,10 @@ def _weights(out: Path) -> dict[str, torch.Tensor]:
 
 
 def _results(metrics: Path) -> list[dict]:
-    """Each iteration's metrics without its phase timings (the one thing two equal runs do not share)."""
+    """Each iteration's metrics without its phase timings and peak memory (what two equal runs do not share)."""
     lines = [json.loads(line) for line in metrics.read_text().splitlines()]
     assert all(line["time_total"] >= 0 for line in lines)
-    return [{k: v for k, v in line.items() if not k.startswith("time_")} for line in lines]
+    return [{k: v for k, v in line.items() if not k.startswith(("time_", "memory_"))} for line in lines]
 
 
 def _assert_same_run(out: Path, expected: Path) -> None:

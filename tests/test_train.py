@@ -46,9 +46,9 @@ def _quiet(*args) -> None:
 
 
 def _metrics(out: Path) -> list[dict]:
-    """Each iteration's metrics without its phase timings (the one thing two equal runs do not share)."""
+    """Each iteration's metrics without its phase timings and peak memory (what two equal runs do not share)."""
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in line.items() if not k.startswith("time_")} for line in lines]
+    return [{k: v for k, v in line.items() if not k.startswith(("time_", "memory_"))} for line in lines]
 
 
 def _parameters(out: Path) -> dict[str, torch.Tensor]:
@@ -93,6 +93,8 @@ def test_a_tiny_run_writes_metrics_summary_plot_and_checkpoint(request, run):
         assert times["time_total"] >= times["time_rollouts"] + times["time_update"] + times["time_scoring"]
         assert times["time_rollouts"] > 0 and times["time_update"] > 0 and times["time_continuations"] == 0
         assert (times["time_scoring"] > 0) == (run == "mosaic_run")
+    peaks = [m["memory_peak_mib"] for m in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())]
+    assert 0 < peaks[0] <= peaks[-1]  # the process's peak so far: it never falls
     summary = json.loads((out / "summary.json").read_text())
     for key in ("success_initial", "success_warm_start", "success_final"):
         assert 0.0 <= summary[key]["success"] <= 1.0 and summary[key]["episodes"] > 0
