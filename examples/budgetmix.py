@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> dict:
                        iterations=0, num_envs=48, seed=args.seed, out=str(out / "warm_start"))
     if args.quick:
         base = dataclasses.replace(base, env_kwargs={**base.env_kwargs, "site_size": 150}, model="tiny-100k",
-                                   bc_episodes=16, bc_epochs=1, tasks_per_iter=2, group_size=2, eval_episodes=1,
+                                   bc_episodes=8, bc_epochs=1, tasks_per_iter=2, group_size=2, eval_episodes=1,
                                    eval_tasks=4, num_envs=8)
         args.iterations, args.n, args.ts = 1, 1, "2,4,8"
     ts = [int(t) for t in args.ts.split(",")]

@@ -18,6 +18,21 @@ SITE_SIZE = 150
 TEST_MODEL = "tiny-100k"
 
 
+# The files that take longest (Chromium, Ray, subprocesses, the SmolLM2 conversion: 15-70 s each, measured on 2
+# cores), longest first. Each file runs on one worker (`--dist loadfile`), in collection order
+# (`--no-loadscope-reorder`), so starting these first leaves the short files to fill both workers at the end.
+# Only an order: a file missing here runs after them, as collected.
+SLOW_FILES_FIRST = ("test_playwright_backend.py", "test_resume.py", "test_models.py", "test_playwright_hostile.py",
+                    "test_pool.py", "test_study.py", "test_train.py", "test_bench_scale.py", "test_vector.py",
+                    "test_server_agent.py", "test_bench_iteration.py", "test_bench_server.py", "test_viewer.py",
+                    "test_study_fork.py", "test_examples.py", "test_pg.py", "test_generate_mode.py")
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(SLOW_FILES_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # (stable: the rest keep their order)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def sb3_logs_in_the_tests_temporary_folder(tmp_path_factory):
     """Stable-Baselines3 makes a log folder in /tmp for every ``learn`` unless SB3_LOGDIR names one."""

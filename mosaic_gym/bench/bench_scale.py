@@ -35,7 +35,7 @@ PACKAGES = ("ray", "gymnasium", "playwright")
 DEFAULTS = {
     "full": {"envs": 4, "playwright_episodes": 8, "text_episodes": 32, "max_steps": 16},
     "quick": {"envs": 4, "playwright_episodes": 4, "text_episodes": 16, "max_steps": 12},
-    "smoke": {"envs": 2, "playwright_episodes": 2, "text_episodes": 2, "max_steps": 4},
+    "smoke": {"envs": 2, "playwright_episodes": 2, "text_episodes": 2, "max_steps": 3},
 }
 
 
@@ -52,10 +52,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def _timed(pool: Any, driver_env: gym.Env, requests: list[Request]) -> tuple[float, int, list[Any]]:
-    """Seconds, env steps and trajectories of one run of ``requests`` (after a warm-up run of one per slot)."""
+    """Seconds, env steps and trajectories of one run of ``requests`` (after a warm-up run of one step per slot:
+    the workers started, Chromium launched, the sites built)."""
     agent = OracleAgent(driver_env, compact_at=0.4, fork=True, seed=0)
     collector = Collector(None, pool.num_envs, pool=pool)
-    collector.run(agent, [Request(seed=10_000 + s, options={}) for s in range(pool.num_envs)])
+    collector.run(agent, [Request(seed=10_000 + s, options={"max_steps": 1}) for s in range(pool.num_envs)])
     start = time.perf_counter()
     trajectories = collector.run(agent, requests)
     seconds = time.perf_counter() - start
