@@ -81,7 +81,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 # --quick: the same presets on a small site with tiny runs of the smallest model (what the tests run; the numbers
 # mean nothing).
 QUICK = {"model": "tiny-100k", "bc_episodes": 4, "bc_epochs": 1, "iterations": 1, "tasks_per_iter": 1,
-         "group_size": 4, "eval_episodes": 1, "eval_tasks": 3, "num_envs": 4, "continuations": 1}
+         "group_size": 2, "eval_episodes": 1, "eval_tasks": 3, "num_envs": 4, "continuations": 1}
 QUICK_ENV = {"compaction": {"site_size": 120, "hops": 1, "session_max_tokens": 700, "max_steps": 8},
              "fork": {"site_size": 120, "hops": 2, "max_steps": 12, "session_max_tokens": 1600}}
 # Sized to fit a working session: the compaction claim (3 warm starts, 6 RL runs) took 51 minutes with --jobs 2 on

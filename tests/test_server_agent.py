@@ -152,20 +152,6 @@ def test_wrong_model_name_is_a_clear_error(server):
         ServerAgent(server.base_url, "no-such-model")
 
 
-def test_killed_server_gives_a_clear_error(server):
-    agent = ServerAgent(server.base_url, server.model, max_tokens=4, retries=2, backoff_s=0.1, timeout_s=10)
-    env = gym.make("mosaic/WebQA-v0", **ENV_KWARGS)
-    obs, info = env.reset(seed=0)
-    agent.act_batch([obs], [info])  # it answers while it runs
-    server.process.kill()
-    server.process.wait()
-    started = time.monotonic()
-    with pytest.raises(ServerUnavailable, match=r"did not answer POST /chat/completions .* after 3 tries"):
-        agent.act_batch([obs], [info])
-    assert time.monotonic() - started < 10
-    agent.close()
-
-
 def test_no_server_at_the_address_is_a_clear_error():
     with pytest.raises(ServerUnavailable, match=r"127\.0\.0\.1:9/v1 did not answer GET /models"):
         ServerAgent("http://127.0.0.1:9/v1", "m", retries=0)
@@ -181,3 +167,18 @@ def test_eval_and_rollout_take_a_server_url_and_a_model(server, tmp_path, capsys
     assert len(runs) == 2 and all(1 <= run["steps_used"] <= 2 for run in runs)  # budget T = 2
     assert main(["rollout", "--agent", server.base_url, "--model", "nope", *common]) == 2
     assert "does not serve model 'nope'" in capsys.readouterr().err
+
+
+# Last in the file: it kills the module's server, and starting another takes seconds.
+def test_killed_server_gives_a_clear_error(server):
+    agent = ServerAgent(server.base_url, server.model, max_tokens=4, retries=2, backoff_s=0.1, timeout_s=10)
+    env = gym.make("mosaic/WebQA-v0", **ENV_KWARGS)
+    obs, info = env.reset(seed=0)
+    agent.act_batch([obs], [info])  # it answers while it runs
+    server.process.kill()
+    server.process.wait()
+    started = time.monotonic()
+    with pytest.raises(ServerUnavailable, match=r"did not answer POST /chat/completions .* after 3 tries"):
+        agent.act_batch([obs], [info])
+    assert time.monotonic() - started < 10
+    agent.close()
