@@ -75,6 +75,84 @@ class _Row:
     past: int
 
 
+class _PrefixStore:
+    """The keys/values of recent sessions' first prompts, for new sessions that open with the same tokens.
+
+    Keys at a position depend only on the tokens up to it (causal attention), so a prefix's keys computed in one
+    session serve any prompt that starts with those ids: the same values up to float rounding (another batch,
+    another order of additions). At most ``capacity`` tokens in all, the least recently used dropped first;
+    emptied when the model's weights change in place (their version counters move).
+    """
+
+    MIN_SHARED = 8  # a shorter shared prefix is not worth a lookup's bookkeeping
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._entries: dict[tuple[int, ...], KV] = {}  # (insertion order: least recently used first)
+        self._version: int | None = None
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def weights(self, model: torch.nn.Module) -> None:
+        """Empty the store if ``model``'s weights changed since the last call."""
+        if not self.capacity:
+            return
+        version = sum(p._version for p in model.parameters())
+        if version != self._version:
+            self._entries.clear()
+            self._version = version
+
+    def longest_prefix(self, ids: list[int]) -> KV | None:
+        """Keys/values of the longest stored prefix of ``ids``, leaving at least one id to feed."""
+        best, best_n = None, 0
+        for stored in self._entries:
+            n = _common_prefix(stored, ids, len(ids) - 1)
+            if n > best_n:
+                best, best_n = stored, n
+        if best is None or best_n < self.MIN_SHARED:
+            return None
+        kv = self._entries.pop(best)
+        self._entries[best] = kv  # most recently used now
+        return tuple((k[:, :, :best_n], v[:, :, :best_n]) for k, v in kv)
+
+    def add(self, ids: list[int], kv: KV) -> None:
+        """Store a new session's first prompt (``ids``) with the keys/values its step left (covering them)."""
+        n = min(len(ids), kv[0][0].shape[2])
+        if not self.capacity or n < self.MIN_SHARED or n > self.capacity:
+            return
+        key = tuple(ids[:n])
+        if any(_common_prefix(other, key, n) == n for other in self._entries):
+            return  # (its keys are a prefix of a stored prompt's)
+        for shorter in [other for other in self._entries if _common_prefix(other, key, len(other)) == len(other)]:
+            del self._entries[shorter]  # (a prefix of this one's)
+        self._entries[key] = tuple((k[:, :, :n], v[:, :, :n]) for k, v in kv)
+        total = sum(map(len, self._entries))
+        while total > self.capacity:
+            oldest = next(iter(self._entries))
+            del self._entries[oldest]
+            total -= len(oldest)
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
+    """How many leading ids ``a`` and ``b`` share, at most ``limit`` (a binary search over slice comparisons,
+    which run in C).
+
+    Example:
+        >>> _common_prefix((1, 2, 3, 4), [1, 2, 9], 10), _common_prefix((1, 2), [1, 2, 3], 1)
+        (2, 1)
+    """
+    lo, hi = 0, min(len(a), len(b), limit)
+    a, b = list(a[:hi]), list(b[:hi])
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
 class LLMAgent(RecordingAgent):
     """An agent over a Transformers causal LM and its tokenizer.
 
@@ -98,6 +176,12 @@ class LLMAgent(RecordingAgent):
             the prompts; a batch past it goes through in runs of consecutive envs, into one cache. A pass's
             transients grow with it (the MLP's activations, the attention mask of new x all tokens): a batch of
             24 fresh 1,500-token prompts is 36,000 slots.
+        prefix_cache_tokens: keep the keys/values of recent sessions' first prompts, up to this many tokens in
+            all, and start a new session from the longest prefix it shares with one of them (every session
+            of an env opens with the same system message, and a group's sessions with the same task): its
+            prompt pass then feeds only the rest. The keys are the model's as it is: a change of its weights
+            in place (an optimizer's step, ``load_state_dict``) empties the store, as does :meth:`reset`.
+            ``0``: off.
         examples: messages put after the env's system message in every prompt: a worked exchange that shows a
             small instruct model the call format (:data:`envs.prompts.EXAMPLE_EXCHANGE`; ``()``: none). They
             are the agent's own prefix: the env's window does not count them.
@@ -126,6 +210,7 @@ class LLMAgent(RecordingAgent):
         reuse_kv: bool = True,
         max_score_tokens: int = 1 << 16,
         max_prompt_tokens: int = 8192,
+        prefix_cache_tokens: int = 4096,
         examples: Sequence[dict[str, str]] = (),
     ) -> None:
         if mode not in ("generate", "choose"):
@@ -144,6 +229,10 @@ class LLMAgent(RecordingAgent):
         if max_prompt_tokens < 1:
             raise ValueError(f"max_prompt_tokens must be >= 1, got {max_prompt_tokens}")
         self.max_prompt_tokens = max_prompt_tokens
+        if prefix_cache_tokens < 0:
+            raise ValueError(f"prefix_cache_tokens must be >= 0 (0: off), got {prefix_cache_tokens}")
+        self.prefix_cache_tokens = prefix_cache_tokens if reuse_kv else 0
+        self._prefixes = _PrefixStore(self.prefix_cache_tokens)
         self.examples = [dict(m) for m in examples]
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self._sessions: dict[tuple[int, Hashable], _Session] = {}
@@ -159,6 +248,7 @@ class LLMAgent(RecordingAgent):
         """Drop the session caches of every env, or of env ``index``."""
         if index is None:
             self._sessions.clear()
+            self._prefixes.clear()
         else:
             self._sessions = {k: s for k, s in self._sessions.items() if k[0] != index}
 
@@ -186,10 +276,12 @@ class LLMAgent(RecordingAgent):
               forced: Sequence[str] | None = None) -> list[AgentStep]:
         keys = [(info.get("env_index", i), info.get("session_id")) for i, info in enumerate(infos)]
         prompts = [self._prompt(obs, info) for obs, info in zip(observations, infos)]
-        rows, prompt_ids = [], []
+        self._prefixes.weights(self.model)
+        rows, prompt_ids, fresh = [], [], []
         for key, prompt in zip(keys, prompts):
-            ids, kv = self._context(key, prompt)
+            ids, kv, new_session = self._context(key, prompt)
             prompt_ids.append(ids)
+            fresh.append(new_session)
             past = 0 if kv is None else kv[0][0].shape[2]
             rows.append(_Row(kv, ids[past:], past))
         if forced is not None:
@@ -200,9 +292,11 @@ class LLMAgent(RecordingAgent):
         else:
             results = self._choose(rows, [self._candidates(info) for info in infos])
         steps = []
-        for key, prompt, ids, (step, kv) in zip(keys, prompts, prompt_ids, results):
+        for key, prompt, ids, new_session, (step, kv) in zip(keys, prompts, prompt_ids, fresh, results):
             step.session_id, step.prompt_ids = key[1], ids
             steps.append(step)
+            if new_session and kv is not None:
+                self._prefixes.add(ids, kv)
             checkpoints = [
                 (prompt + self._decode(step.gen_ids), len(ids) + len(step.gen_ids)),
                 (prompt + step.text, len(ids) + len(self._without_eos(step.gen_ids))),
@@ -237,17 +331,20 @@ class LLMAgent(RecordingAgent):
     def _without_eos(self, ids: list[int]) -> list[int]:
         return ids[:-1] if ids and ids[-1] in self._eos_ids else ids
 
-    def _context(self, key: tuple[int, Hashable], prompt: str) -> tuple[list[int], KV | None]:
-        """The prompt's token ids and the cached keys/values of a prefix of them (at least one id uncached).
+    def _context(self, key: tuple[int, Hashable], prompt: str) -> tuple[list[int], KV | None, bool]:
+        """The prompt's token ids, the cached keys/values of a prefix of them (at least one id uncached), and
+        whether the session starts here.
 
         The session's earlier tokens are reused up to the longest checkpoint whose text starts the prompt;
-        only the rest is tokenized. With none (a new session, or earlier turns rewritten), the whole prompt is.
+        only the rest is tokenized. With none (a new session, or earlier turns rewritten), the whole prompt is,
+        and its keys start from the longest prefix it shares with a stored first prompt (``prefix_cache_tokens``).
         """
         session = self._sessions.get(key)
         checkpoints = session.checkpoints if session is not None else []
         reused = next(((text, n) for text, n in checkpoints if prompt.startswith(text)), None)
         if reused is None:
-            return self._encode(prompt, True), None
+            ids = self._encode(prompt, True)
+            return ids, self._prefixes.longest_prefix(ids), True
         text, n = reused
         ids = session.ids[:n] + self._encode(prompt[len(text) :], False)
         # The session's keys move to this step's row (the step stores the session's new ones when it ends): a
@@ -257,7 +354,7 @@ class LLMAgent(RecordingAgent):
             # Logits come from the last fed token, so at least one token must be left to feed.
             keep = min(kv[0][0].shape[2], n, len(ids) - 1)
             kv = tuple((k[:, :, :keep], v[:, :, :keep]) for k, v in kv) if keep > 0 else None
-        return ids, kv
+        return ids, kv, False
 
     # --- batched forward passes -----------------------------------------------------------------------
     def _forward(

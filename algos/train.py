@@ -96,6 +96,8 @@ def train(config: TrainConfig, log: Any = print, reporters: Sequence[Any] = ()) 
             log(f"resumed from {checkpoint} at iteration {state['iteration']} ({state['phase']})")
 
     def save() -> None:
+        # What a resumed run starts with: an agent holding no keys from before (a run resumed here has none).
+        agent.reset()
         ref = {"ref_model": learner.ref_model.state_dict()} if learner.ref_model is not None else {}
         save_checkpoint(checkpoint, model, learner.optimizer, state["iteration"],
                         extra={"state": state, "rng": rng.bit_generator.state,

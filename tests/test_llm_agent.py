@@ -234,7 +234,7 @@ def test_a_fork_keeps_its_parents_cache(tiny):
 
 def test_reset_drops_the_caches(tiny):
     model, tokenizer = tiny
-    agent = LLMAgent(model, tokenizer, temperature=0, max_new_tokens=4)
+    agent = LLMAgent(model, tokenizer, temperature=0, max_new_tokens=4, prefix_cache_tokens=0)
     messages = _messages("where was Edra Vane born?")
     agent.act_batch([render_transcript(messages)] * 2, [_info(messages)] * 2)
     agent.reset(0)
@@ -245,6 +245,55 @@ def test_reset_drops_the_caches(tiny):
     assert fed[0] == 2 * len(steps[0].prompt_ids)
     agent.reset()
     assert not agent._sessions
+
+
+@pytest.mark.parametrize("mode", ["generate", "choose"])
+def test_a_new_session_starts_from_the_prefix_it_shares_with_a_stored_first_prompt(tiny, mode):
+    # Sessions of other envs and tasks open with the same system message: a new one feeds only what follows the
+    # longest prefix it shares with a stored first prompt, and acts as if it had fed it all (float rounding).
+    model, tokenizer = tiny
+    candidates = ['search("Edra Vane")', "open(1)", 'answer("Oskarde")']
+    first, second = _messages("where was Edra Vane born?"), _messages("where was Mira Quell born?")
+    ids = [tokenizer(render_transcript(m))["input_ids"] for m in (first, second)]
+    shared = next(i for i, (a, b) in enumerate(zip(*ids)) if a != b)
+    assert 8 <= shared < len(ids[1]) - 1  # (the system message and "Question: where was ")
+    runs, fed_second = [], []
+    for store in (4096, 0):
+        agent = LLMAgent(model, tokenizer, mode=mode, seed=5, max_new_tokens=6, prefix_cache_tokens=store)
+        steps = [_acted(agent, render_transcript(first), _info(first, candidates=candidates))[1]]
+        fed, handle = _count_fed_tokens(model)
+        info = {**_info(second, candidates=candidates), "env_index": 1}
+        steps.append(agent.act_batch_recorded([render_transcript(second)], [info])[1][0])
+        handle.remove()
+        fed_second.append(fed[0])
+        runs.append(steps)
+    assert fed_second == [len(ids[1]) - shared, len(ids[1])]
+    for a, b in zip(*runs):
+        assert (a.text, a.prompt_ids, a.gen_ids) == (b.text, b.prompt_ids, b.gen_ids)
+        torch.testing.assert_close(a.logprobs, b.logprobs, atol=1e-5, rtol=0)
+
+
+def test_the_prefix_store_empties_when_the_weights_change_or_on_reset(tiny):
+    model, tokenizer = tiny
+    messages = _messages("where was Edra Vane born?")
+    agent = LLMAgent(model, tokenizer, temperature=0, max_new_tokens=4)
+    n = len(_acted(agent, render_transcript(messages), _info(messages))[1].prompt_ids)
+
+    def fed_by_a_new_session(env_index: int) -> int:
+        fed, handle = _count_fed_tokens(model)
+        agent.act_batch([render_transcript(messages)], [{**_info(messages), "env_index": env_index}])
+        handle.remove()
+        return fed[0]
+
+    assert fed_by_a_new_session(1) == 1  # the same prompt in another env: all but its last token stored
+    weight = next(model.parameters())
+    with torch.no_grad():
+        weight.mul_(1.0)  # in place, as an optimizer's step: the stored keys may be another model's
+    assert fed_by_a_new_session(2) == n
+    agent.reset()
+    assert fed_by_a_new_session(3) == n
+    with pytest.raises(ValueError, match="prefix_cache_tokens must be >= 0"):
+        LLMAgent(model, tokenizer, prefix_cache_tokens=-1)
 
 
 def test_caches_follow_env_index_when_the_batch_shrinks(tiny):
