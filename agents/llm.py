@@ -89,7 +89,7 @@ class _PrefixStore:
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self._entries: dict[tuple[int, ...], KV] = {}  # (insertion order: least recently used first)
-        self._version: int | None = None
+        self._version: tuple[tuple[int, int], ...] | None = None
 
     def clear(self) -> None:
         self._entries.clear()
@@ -98,7 +98,9 @@ class _PrefixStore:
         """Empty the store if ``model``'s weights changed since the last call."""
         if not self.capacity:
             return
-        version = sum(p._version for p in model.parameters())
+        # (where each weight lives and how often it was written in place: a weight replaced moves, one updated
+        # in place counts up)
+        version = tuple((p.data_ptr(), p._version) for p in model.parameters())
         if version != self._version:
             self._entries.clear()
             self._version = version

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import doctest
 import importlib
 
@@ -274,7 +275,7 @@ def test_a_new_session_starts_from_the_prefix_it_shares_with_a_stored_first_prom
 
 
 def test_the_prefix_store_empties_when_the_weights_change_or_on_reset(tiny):
-    model, tokenizer = tiny
+    model, tokenizer = copy.deepcopy(tiny[0]), tiny[1]  # (its weights are replaced below)
     messages = _messages("where was Edra Vane born?")
     agent = LLMAgent(model, tokenizer, temperature=0, max_new_tokens=4)
     n = len(_acted(agent, render_transcript(messages), _info(messages))[1].prompt_ids)
@@ -290,8 +291,11 @@ def test_the_prefix_store_empties_when_the_weights_change_or_on_reset(tiny):
     with torch.no_grad():
         weight.mul_(1.0)  # in place, as an optimizer's step: the stored keys may be another model's
     assert fed_by_a_new_session(2) == n
+    assert fed_by_a_new_session(3) == 1
+    model.load_state_dict({k: v.clone() for k, v in model.state_dict().items()}, assign=True)  # new tensors
+    assert fed_by_a_new_session(4) == n
     agent.reset()
-    assert fed_by_a_new_session(3) == n
+    assert fed_by_a_new_session(5) == n
     with pytest.raises(ValueError, match="prefix_cache_tokens must be >= 0"):
         LLMAgent(model, tokenizer, prefix_cache_tokens=-1)
 
