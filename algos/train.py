@@ -322,8 +322,17 @@ def rl_iteration(config: TrainConfig, it: int, agent: LLMAgent, learner: PolicyG
 
 
 def peak_rss_mib() -> float | None:
-    """This process's peak resident memory so far, in MiB (``getrusage``'s ``ru_maxrss``); None where there is
-    none (Windows)."""
+    """This process's peak resident memory so far, in MiB; None where there is none (Windows).
+
+    On Linux, the kernel's high-water mark of this process's own memory (``VmHWM`` in ``/proc/self/status``):
+    ``getrusage``'s ``ru_maxrss`` carries the parent's peak across ``exec``, so a run started by a large process
+    (a benchmark that loaded a corpus, a study's driver) would report that one's. Elsewhere ``ru_maxrss``.
+    """
+    try:
+        with open("/proc/self/status") as status:
+            return round(int(next(line.split()[1] for line in status if line.startswith("VmHWM:"))) / 1024, 1)
+    except (OSError, StopIteration, ValueError):
+        pass
     try:
         import resource
     except ImportError:

@@ -99,13 +99,14 @@ def one_iteration(config: TrainConfig, model: Any, tokenizer: Any, env: gym.Env)
 
 def peak_rss_mb(code: str) -> float:
     """Peak RSS (MiB) of ``python -c code`` in a fresh process, as the process itself reports it at the end
-    (its own ``ru_maxrss``: the children an earlier benchmark left, such as Chromium, do not count)."""
-    report = "\nimport resource\nprint('peak_rss_kib', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+    (:func:`algos.train.peak_rss_mib`, its own high-water mark: neither this process's peak, which ``ru_maxrss``
+    would carry across ``exec``, nor the children an earlier benchmark left, such as Chromium, count)."""
+    report = "\nfrom algos.train import peak_rss_mib\nprint('peak_rss_mib', peak_rss_mib())"
     env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}
     done = subprocess.run([sys.executable, "-c", code + report], check=True, env=env, capture_output=True,
                           text=True)
-    kib = next(line.split()[1] for line in reversed(done.stdout.splitlines()) if line.startswith("peak_rss_kib"))
-    return round(int(kib) / 1024, 1)
+    lines = reversed(done.stdout.splitlines())
+    return float(next(line.split()[1] for line in lines if line.startswith("peak_rss_mib")))
 
 
 def train_memory(args: argparse.Namespace) -> dict[str, Any]:
