@@ -100,8 +100,11 @@ class _PrefixStore:
             return
         # (where each weight lives and how often it was written in place: a weight replaced moves, one updated
         # in place counts up)
-        version = tuple((p.data_ptr(), p._version) for p in model.parameters())
-        if version != self._version:
+        try:
+            version = tuple((p.data_ptr(), p._version) for p in model.parameters())
+        except RuntimeError:  # weights made under torch.inference_mode keep no version: never trust the store
+            version = None
+        if version is None or version != self._version:
             self._entries.clear()
             self._version = version
 

@@ -475,3 +475,17 @@ def test_record_tokenizes_like_choosing_the_forced_action(tiny):
 @pytest.mark.parametrize("module", ["agents.base", "agents.records", "agents.lm", "agents.llm"])
 def test_docstring_examples_run(module):
     assert doctest.testmod(importlib.import_module(module)).failed == 0
+
+
+def test_weights_made_under_inference_mode_never_use_the_store(tiny):
+    # Inference tensors keep no version counter: the store cannot tell a change, so it stays empty.
+    with torch.inference_mode():
+        model = copy.deepcopy(tiny[0])
+    messages = _messages("where was Edra Vane born?")
+    agent = LLMAgent(model, tiny[1], temperature=0, max_new_tokens=4)
+    with torch.inference_mode():
+        n = len(_acted(agent, render_transcript(messages), _info(messages))[1].prompt_ids)
+        fed, handle = _count_fed_tokens(model)
+        agent.act_batch([render_transcript(messages)], [{**_info(messages), "env_index": 1}])
+        handle.remove()
+    assert fed[0] == n
