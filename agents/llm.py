@@ -81,7 +81,7 @@ class _PrefixStore:
     Keys at a position depend only on the tokens up to it (causal attention), so a prefix's keys computed in one
     session serve any prompt that starts with those ids: the same values up to float rounding (another batch,
     another order of additions). At most ``capacity`` tokens in all, the least recently used dropped first;
-    emptied when the model's weights change in place (their version counters move).
+    emptied when the model's weights change in place (their version counters move) or are replaced (they move).
     """
 
     MIN_SHARED = 8  # a shorter shared prefix is not worth a lookup's bookkeeping
