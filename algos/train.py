@@ -22,7 +22,6 @@ import contextlib
 import dataclasses
 import json
 import random
-import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -36,6 +35,7 @@ from agents import OracleAgent
 from agents.llm import LLMAgent
 from agents.models import load_model
 from envs.pool import EnvPool, make_pool
+from envs.memory import peak_rss_mib
 from envs.progress import progress_bar
 from envs.prompts import EXAMPLE_EXCHANGE
 
@@ -319,26 +319,6 @@ def rl_iteration(config: TrainConfig, it: int, agent: LLMAgent, learner: PolicyG
         **times.metrics(),
         "memory_peak_mib": peak_rss_mib(),
     }
-
-
-def peak_rss_mib() -> float | None:
-    """This process's peak resident memory so far, in MiB; None where there is none (Windows).
-
-    On Linux, the kernel's high-water mark of this process's own memory (``VmHWM`` in ``/proc/self/status``):
-    ``getrusage``'s ``ru_maxrss`` carries the parent's peak across ``exec``, so a run started by a large process
-    (a benchmark that loaded a corpus, a study's driver) would report that one's. Elsewhere ``ru_maxrss``.
-    """
-    try:
-        with open("/proc/self/status") as status:
-            return round(int(next(line.split()[1] for line in status if line.startswith("VmHWM:"))) / 1024, 1)
-    except (OSError, StopIteration, ValueError):
-        pass
-    try:
-        import resource
-    except ImportError:
-        return None
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return round(peak / (2**20 if sys.platform == "darwin" else 2**10), 1)  # (bytes on macOS, KiB on Linux)
 
 
 class PhaseTimes:

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import json
 import random
-import resource
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from envs.memory import peak_rss_mib
 
 SEARCHES = 200
 
@@ -37,10 +38,6 @@ def memory(pid: int | str = "self") -> dict[str, float]:
             kb[name] = int(rest.split()[0])
     mib = lambda *names: round(sum(kb.get(n, 0) for n in names) / 1024, 1)  # noqa: E731
     return {"rss_mib": mib("Rss"), "pss_mib": mib("Pss"), "uss_mib": mib("Private_Clean", "Private_Dirty")}
-
-
-def peak_mib() -> float:
-    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
 def timed(fn: Any) -> tuple[Any, float]:
@@ -66,7 +63,7 @@ def probe(kind: str, corpus: str, n: int = 1) -> dict[str, Any]:
     if kind in ("build", "open"):
         site, load_s = timed(lambda: load_corpus(corpus))
         _, index_s = timed(lambda: site.index)
-        out = {"load_s": round(load_s, 3), "index_s": round(index_s, 3), "peak_rss_mib": peak_mib(), **memory()}
+        out = {"load_s": round(load_s, 3), "index_s": round(index_s, 3), "peak_rss_mib": peak_rss_mib(), **memory()}
         if kind == "open":
             asked = queries(site, SEARCHES)
             latencies = [timed(lambda q=q: site.search(q))[1] for q in asked]
@@ -91,7 +88,7 @@ def probe(kind: str, corpus: str, n: int = 1) -> dict[str, Any]:
             return bare
 
         _, index_s = timed(index)
-        return {"load_s": round(load_s, 3), "index_s": round(index_s, 3), "peak_rss_mib": peak_mib()}
+        return {"load_s": round(load_s, 3), "index_s": round(index_s, 3), "peak_rss_mib": peak_rss_mib()}
     if kind == "envs":
         import gymnasium as gym
 

@@ -11,7 +11,7 @@ estimator, ``time_update``); ``ratio`` is a row's total over broadcast's. The is
 1.2x broadcast, rollout at most 2x at M = 2 continuations.
 
 Memory: ``mosaic train`` runs in a subprocess (the demo defaults, or tiny settings with ``--quick``, and
-``--memory-iterations`` RL iterations) and its peak RSS (``ru_maxrss`` of the child) stands beside a bare
+``--memory-iterations`` RL iterations) and its peak RSS (the child's own high-water mark) stands beside a bare
 subprocess that imports the same libraries and builds the same model, the floor any run pays.
 
 Usage:
@@ -99,9 +99,9 @@ def one_iteration(config: TrainConfig, model: Any, tokenizer: Any, env: gym.Env)
 
 def peak_rss_mb(code: str) -> float:
     """Peak RSS (MiB) of ``python -c code`` in a fresh process, as the process itself reports it at the end
-    (:func:`algos.train.peak_rss_mib`, its own high-water mark: neither this process's peak, which ``ru_maxrss``
+    (:func:`envs.memory.peak_rss_mib`, its own high-water mark: neither this process's peak, which ``ru_maxrss``
     would carry across ``exec``, nor the children an earlier benchmark left, such as Chromium, count)."""
-    report = "\nfrom algos.train import peak_rss_mib\nprint('peak_rss_mib', peak_rss_mib())"
+    report = "\nfrom envs.memory import peak_rss_mib\nprint('peak_rss_mib', peak_rss_mib())"
     env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}
     done = subprocess.run([sys.executable, "-c", code + report], check=True, env=env, capture_output=True,
                           text=True)
