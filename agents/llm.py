@@ -184,8 +184,8 @@ class LLMAgent(RecordingAgent):
         prefix_cache_tokens: keep the keys/values of recent sessions' first prompts, up to this many tokens in
             all, and start a new session from the longest prefix it shares with one of them (every session
             of an env opens with the same system message, and a group's sessions with the same task): its
-            prompt pass then feeds only the rest. The keys are the model's as it is: a change of its weights
-            in place (an optimizer's step, ``load_state_dict``) empties the store, as does :meth:`reset`.
+            prompt pass then feeds only the rest. The keys are the model's as it is: its weights changed in
+            place (an optimizer's step, ``load_state_dict``) or replaced empty the store, as does :meth:`reset`.
             ``0``: off.
         examples: messages put after the env's system message in every prompt: a worked exchange that shows a
             small instruct model the call format (:data:`envs.prompts.EXAMPLE_EXCHANGE`; ``()``: none). They

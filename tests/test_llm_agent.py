@@ -8,6 +8,8 @@ import importlib
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agents.llm import LLMAgent, tool_call_complete
 from agents.lm import candidate_log_policy
@@ -489,3 +491,29 @@ def test_weights_made_under_inference_mode_never_use_the_store(tiny):
         agent.act_batch([render_transcript(messages)], [{**_info(messages), "env_index": 1}])
         handle.remove()
     assert fed[0] == n
+
+
+@settings(max_examples=12, deadline=None)
+@given(questions=st.lists(st.lists(st.sampled_from(["Edra ", "Vane", "ñandú", "東京", "9" * 40, " ", "\x00",
+                                                     "<|user|>", "Question:", "born?"]), max_size=6).map("".join),
+                          min_size=1, max_size=4),
+       capacity=st.sampled_from([8, 64, 4096]))
+def test_the_prefix_store_acts_as_no_store_on_any_prompts(tiny, questions, capacity):
+    # Envs whose sessions start one after another, on prompts that share prefixes of any length (empty, odd
+    # characters, special-token look-alikes), at store sizes down to one short prompt: the same choices and
+    # probabilities as without the store.
+    model, tokenizer = tiny
+    candidates = ['search("Edra Vane")', "open(1)", 'answer("Oskarde")']
+    runs = []
+    for store in (capacity, 0):
+        agent = LLMAgent(model, tokenizer, mode="choose", seed=1, prefix_cache_tokens=store)
+        steps = []
+        for k in range(3):
+            envs = [i for i in range(len(questions)) if (i + k) % 2 == 0] or [0]
+            messages = [_messages(questions[i]) for i in envs]
+            infos = [{**_info(m, session_id=k, candidates=candidates), "env_index": i} for i, m in zip(envs, messages)]
+            steps += agent.act_batch_recorded([render_transcript(m) for m in messages], infos)[1]
+        runs.append(steps)
+    for a, b in zip(*runs):
+        assert (a.text, a.prompt_ids) == (b.text, b.prompt_ids)
+        torch.testing.assert_close(a.choice_probs, b.choice_probs, atol=1e-5, rtol=0)
