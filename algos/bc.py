@@ -31,7 +31,7 @@ from agents.base import Agent, RecordingAgent
 from agents.records import AgentStep, TrainSequence
 from envs.progress import progress_bar
 
-from .pg import micro_batches, sequence_logprobs
+from .pg import SharedPrefix, micro_batches, sequence_logprobs
 from .rollout import Trajectory, session_sequences
 
 
@@ -90,11 +90,14 @@ def _step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: list[
     total = sum(s.num_generated for s in batch)
     optimizer.zero_grad(set_to_none=True)
     loss_sum = 0.0
+    prefix = SharedPrefix.of(model, batch, device)  # the system message, run once for the batch
     for micro in micro_batches(batch, micro_batch_tokens):
-        logp, mask = sequence_logprobs(model, micro, device)
+        logp, mask = sequence_logprobs(model, micro, device, prefix)
         loss = -(logp * mask).sum() / total
         loss.backward()
         loss_sum += float(loss.detach())
+    if prefix is not None:
+        prefix.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     optimizer.step()
     return loss_sum

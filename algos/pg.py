@@ -44,14 +44,17 @@ from . import advantages as adv
 from .config import PGConfig
 
 if TYPE_CHECKING:
+    from transformers import DynamicCache
+
     from .rollout import Trajectory
 
 
-def sequence_logprobs(model: torch.nn.Module, sequences: Sequence[TrainSequence], device: torch.device
-                      ) -> tuple[torch.Tensor, torch.Tensor]:
+def sequence_logprobs(model: torch.nn.Module, sequences: Sequence[TrainSequence], device: torch.device,
+                      prefix: SharedPrefix | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token log-probs of a padded batch: ``logp[b, t]`` of token ``t`` given tokens ``< t``.
 
     Returns ``(logp, mask)`` of shape ``(B, L)``; ``mask`` marks generated tokens (position 0 is never one).
+    With ``prefix`` (:class:`SharedPrefix`, which every sequence starts with) the pass feeds only what follows it.
     """
     length = max(len(s.token_ids) for s in sequences)
     ids = torch.zeros((len(sequences), length), dtype=torch.long)
@@ -66,14 +69,14 @@ def sequence_logprobs(model: torch.nn.Module, sequences: Sequence[TrainSequence]
     ids, attn, mask = ids.to(device), attn.to(device), mask.to(device)
     # Logits only where a generated token is predicted (the vocabulary projection is costly elsewhere).
     keep = mask.any(0).nonzero().squeeze(1) - 1
-    logits = model(input_ids=ids, attention_mask=attn, logits_to_keep=keep).logits.float()
+    logits = _causal_pass(model, ids, attn, keep, prefix).float()
     logp = torch.zeros(ids.shape, device=device)
     logp[:, keep + 1] = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, keep + 1, None]).squeeze(-1)
     return logp, mask
 
 
-def choice_logprobs(model: torch.nn.Module, sequences: Sequence[TrainSequence], device: torch.device
-                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def choice_logprobs(model: torch.nn.Module, sequences: Sequence[TrainSequence], device: torch.device,
+                    prefix: SharedPrefix | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Log-probs of the chosen candidates, ``logp[b, j]`` for choice ``j`` of sequence ``b``.
 
     Two passes: the sequences (causal, with a cache), then every candidate of every choice at once as branches
@@ -81,10 +84,8 @@ def choice_logprobs(model: torch.nn.Module, sequences: Sequence[TrainSequence], 
     with: a candidate token attends to its sequence's first ``prompt_len`` tokens and to its own candidate's
     earlier tokens, at the positions it would have right after that prefix. Gradients flow through both passes.
     Returns ``(logp, old, mask)`` of shape ``(B, J)``: the current and the sampling-time log-probs, and which
-    ``(b, j)`` hold a choice.
+    ``(b, j)`` hold a choice. ``prefix`` as in :func:`sequence_logprobs`.
     """
-    from transformers import DynamicCache
-
     batch = len(sequences)
     length = max(len(s.token_ids) for s in sequences)
     count = max(len(s.choices) for s in sequences)
@@ -97,9 +98,8 @@ def choice_logprobs(model: torch.nn.Module, sequences: Sequence[TrainSequence], 
     keep = sorted({c.prompt_len - 1 for s in sequences for c in s.choices})
     column = {col: i for i, col in enumerate(keep)}
     tree = [[branch for c in s.choices for branch in _branches(c, b, length, column)] for b, s in enumerate(sequences)]
-    cache = DynamicCache()
-    first = model(input_ids=ids.to(device), attention_mask=attn.to(device), use_cache=True,
-                  logits_to_keep=torch.tensor(keep, device=device), **{cache_kwarg(model): cache}).logits
+    cache = _new_cache() if prefix is None else prefix.cache(batch)
+    first = _causal_pass(model, ids.to(device), attn.to(device), torch.tensor(keep, device=device), prefix, cache)
     scored = score_tree(model, cache, tree, first)
     choices = [(b, j, c) for b, s in enumerate(sequences) for j, c in enumerate(s.choices)]
     chosen = _chosen_logprobs(scored.sums(), scored.sizes, [c for _, _, c in choices])
@@ -110,6 +110,104 @@ def choice_logprobs(model: torch.nn.Module, sequences: Sequence[TrainSequence], 
         (rows, cols), torch.tensor([c.old_logprob for _, _, c in choices], device=device))
     mask = torch.zeros_like(logp, dtype=torch.bool).index_put((rows, cols), torch.ones_like(rows, dtype=torch.bool))
     return logp, old, mask
+
+
+class SharedPrefix:
+    """The tokens every sequence of an update opens with, run through the model once for all its micro-batches.
+
+    Every session opens with the same system message (in the demo 456 of a session's 1,170 tokens, and its
+    micro-batches hold one session each), so every micro-batch ran those tokens again, forward and backward.
+    :meth:`of` runs them once, as one row; each micro-batch starts from their keys and values (:meth:`cache`)
+    and feeds only the rest of its rows. Keys and values at a position depend only on the tokens up to it, so the
+    logits are those of the whole rows, to float rounding. So is the gradient: a micro-batch's backward stops at
+    the prefix's keys and values (leaves that gather the gradient of every micro-batch), and :meth:`backward`
+    takes the sum once through the prefix's own pass. The prefix ends before the first column any sequence
+    scores, so every scored logit comes from a micro-batch's pass.
+
+    Example:
+        >>> import torch
+        >>> from transformers import LlamaConfig, LlamaForCausalLM
+        >>> model = LlamaForCausalLM(LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32,
+        ...     num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2))
+        >>> seqs = [TrainSequence([1, 2, 3, 4, 5], [False, False, False, True, True], [0.0] * 5),
+        ...         TrainSequence([1, 2, 3, 9], [False, False, False, True], [0.0] * 4)]
+        >>> SharedPrefix.of(model, seqs, torch.device("cpu"), min_tokens=1).ids  # column 2 predicts token 3
+        [1, 2]
+    """
+
+    def __init__(self, ids: list[int], layers: list[tuple[torch.Tensor, torch.Tensor]]):
+        self.ids = ids
+        self._outputs = layers
+        self._leaves = [tuple(t.detach().requires_grad_(t.requires_grad) for t in kv) for kv in layers]
+
+    @classmethod
+    def of(cls, model: torch.nn.Module, sequences: Sequence[TrainSequence], device: torch.device,
+           min_tokens: int = 16) -> SharedPrefix | None:
+        """The prefix of ``sequences`` run through ``model`` (with gradient where autograd is on), or None when
+        fewer than two sequences share at least ``min_tokens`` before their first scored column."""
+        if len(sequences) < 2:
+            return None
+        first = np.asarray(sequences[0].token_ids)
+        n = min(_first_scored(s) for s in sequences)
+        for s in sequences[1:]:
+            other = np.asarray(s.token_ids[:n])
+            differ = np.flatnonzero(first[: len(other)] != other)
+            n = min(n, len(other), int(differ[0]) if len(differ) else n)
+        if n < min_tokens:
+            return None
+        cache = _new_cache()
+        model(input_ids=torch.tensor([first[:n].tolist()], device=device), use_cache=True, logits_to_keep=1,
+              **{cache_kwarg(model): cache})
+        return cls(first[:n].tolist(), [(layer.keys, layer.values) for layer in cache.layers])
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def cache(self, rows: int) -> DynamicCache:
+        """A new cache holding the prefix's keys and values for ``rows`` rows (gradients reach the leaves)."""
+        cache = _new_cache()
+        for i, (keys, values) in enumerate(self._leaves):
+            cache.update(keys.expand(rows, -1, -1, -1), values.expand(rows, -1, -1, -1), i)
+        return cache
+
+    def backward(self) -> None:
+        """Back-propagate the gradient the micro-batches left at the prefix's keys and values through its pass."""
+        pairs = [(out, leaf.grad) for outs, leaves in zip(self._outputs, self._leaves)
+                 for out, leaf in zip(outs, leaves) if leaf.grad is not None]
+        if pairs:
+            torch.autograd.backward([out for out, _ in pairs], [grad for _, grad in pairs])
+        self._outputs = []
+
+
+def _first_scored(s: TrainSequence) -> int:
+    """The first column whose logits a sequence's loss reads (the last token before its first unit)."""
+    if s.choices:
+        return min(c.prompt_len for c in s.choices) - 1
+    generated = np.flatnonzero(np.asarray(s.gen_mask[1:], dtype=bool))
+    return int(generated[0]) if len(generated) else len(s.token_ids)
+
+
+def _causal_pass(model: torch.nn.Module, ids: torch.Tensor, attn: torch.Tensor, keep: torch.Tensor,
+                 prefix: SharedPrefix | None, cache: DynamicCache | None = None) -> torch.Tensor:
+    """The logits of a right-padded batch at its columns ``keep`` (sorted); after ``prefix``, if given, on
+    ``cache`` (which then must start with the prefix's keys: :meth:`SharedPrefix.cache`)."""
+    start = 0 if prefix is None else len(prefix)
+    if start:
+        if len(keep) and int(keep[0]) < start:
+            raise ValueError(f"the shared prefix ({start} tokens) covers column {int(keep[0])}, which is scored")
+        if not bool((ids[:, :start] == torch.tensor(prefix.ids, device=ids.device)).all()):
+            raise ValueError("a sequence does not start with the shared prefix it is given")
+        cache = prefix.cache(ids.shape[0]) if cache is None else cache
+    if cache is None:
+        return model(input_ids=ids, attention_mask=attn, logits_to_keep=keep).logits
+    return model(input_ids=ids[:, start:], attention_mask=attn, use_cache=True, logits_to_keep=keep - start,
+                 **{cache_kwarg(model): cache}).logits
+
+
+def _new_cache() -> DynamicCache:
+    from transformers import DynamicCache
+
+    return DynamicCache()
 
 
 def _chosen_logprobs(scores: torch.Tensor, sizes: Sequence[int], choices: Sequence[Choice]) -> torch.Tensor:
@@ -200,11 +298,16 @@ class PolicyGradient:
         total = float(sum(s.num_units * s.weight for s in sequences))
         self.model.train()
         stats: dict[str, float] = {}
+        ref_prefix = None
+        if self.ref_model is not None:
+            with torch.no_grad():
+                ref_prefix = SharedPrefix.of(self.ref_model, sequences, self.device)
         for _ in range(c.epochs):
             self.optimizer.zero_grad(set_to_none=True)
             loss_sum = clipped = kl_sum = 0.0
+            prefix = SharedPrefix.of(self.model, sequences, self.device)
             for batch in _homogeneous(micro_batches(sequences, c.micro_batch_tokens)):
-                logp, old, mask = _unit_logprobs(self.model, batch, self.device)
+                logp, old, mask = _unit_logprobs(self.model, batch, self.device, prefix)
                 adv_t = torch.tensor([s.advantage for s in batch], device=self.device)[:, None]
                 w = torch.tensor([s.weight for s in batch], device=self.device)[:, None] * mask
                 ratio = torch.exp(logp - old)
@@ -212,7 +315,7 @@ class PolicyGradient:
                 loss = -(surrogate * w).sum() / total
                 if self.ref_model is not None:
                     with torch.no_grad():
-                        ref = _unit_logprobs(self.ref_model, batch, self.device)[0]
+                        ref = _unit_logprobs(self.ref_model, batch, self.device, ref_prefix)[0]
                     k3 = torch.exp(ref - logp) - (ref - logp) - 1
                     loss = loss + c.kl_coef * (k3 * w).sum() / total
                     kl_sum += float((k3.detach() * w).sum())
@@ -220,6 +323,8 @@ class PolicyGradient:
                 loss_sum += float(loss.detach())
                 clipped += float(((torch.abs(ratio - 1) > c.clip_eps) * mask).sum())
                 stats["approx_kl"] = stats.get("approx_kl", 0.0) + float(((old - logp.detach()) * w).sum()) / total
+            if prefix is not None:
+                prefix.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.max_grad_norm)
             self.optimizer.step()
             stats.update(loss=loss_sum, clip_fraction=clipped / total, grad_norm=float(grad_norm),
@@ -230,17 +335,17 @@ class PolicyGradient:
         return stats
 
 
-def _unit_logprobs(model: torch.nn.Module, batch: Sequence[TrainSequence], device: torch.device
-                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _unit_logprobs(model: torch.nn.Module, batch: Sequence[TrainSequence], device: torch.device,
+                   prefix: SharedPrefix | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(logp, old, mask)`` of the batch's loss units (choices or generated tokens), zero outside ``mask``.
 
     Outside the loss (prompts, padding) log-probs are zeroed before any exp: there they could overflow, and
     inf * 0 would turn a masked sum into nan.
     """
     if batch[0].choices:
-        logp, old, mask = choice_logprobs(model, batch, device)
+        logp, old, mask = choice_logprobs(model, batch, device, prefix)
     else:
-        logp, mask = sequence_logprobs(model, batch, device)
+        logp, mask = sequence_logprobs(model, batch, device, prefix)
         old = _padded([s.old_logprobs for s in batch], logp.shape, device)
     return torch.where(mask, logp, 0.0), torch.where(mask, old, 0.0), mask
 

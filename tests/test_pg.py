@@ -11,6 +11,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import algos.pg
 import envs  # noqa: F401  (registers the environments)
@@ -107,7 +109,12 @@ def test_only_positions_that_predict_generated_tokens_receive_gradient(model, to
     pg.model.model.norm.register_forward_hook(keep)
     pg.update(batch)
     # The last hidden state at t is what predicts token t + 1 (only through the vocabulary projection at t).
-    hidden_grad = captured[0].grad.abs().sum(-1)  # (B, L)
+    # Two passes when the rows share a prefix: that prefix as one row, then the rest of every row.
+    grads = [h.grad if h.grad is not None else torch.zeros_like(h) for h in captured]
+    if len(grads) == 2:
+        assert grads[0].shape[0] == 1 and grads[1].shape[0] == len(batch)
+        grads = [torch.cat([grads[0].expand(len(batch), -1, -1), grads[1]], dim=1)]
+    hidden_grad = grads[0].abs().sum(-1)  # (B, L)
     for b, s in enumerate(batch):
         predicts_generated = torch.zeros(hidden_grad.shape[1], dtype=torch.bool)
         predicts_generated[: len(s.token_ids) - 1] = torch.tensor(s.gen_mask[1:])
@@ -448,3 +455,76 @@ def test_one_choose_step_moves_the_probability_of_the_chosen_candidate_with_the_
     with torch.no_grad():
         after = algos.pg.choice_logprobs(model, [seq], CPU)[0][0, 0]
     assert (after - before) * advantage > 0.01
+
+
+# The shared prefix: the tokens every session opens with run once per update ----------------------------------------
+
+
+def _update_grads(model, seqs, shared: bool, monkeypatch, micro_batch_tokens: int = 1 << 20, kl_coef: float = 0.0,
+                  min_tokens: int = 16):
+    """The gradient one update leaves, with the shared prefix or with every row run whole; and the prefix's
+    length (0 without)."""
+    lengths = []
+    make = algos.pg.SharedPrefix.of
+
+    def of(*args, **kwargs):
+        prefix = make(*args, **{**kwargs, "min_tokens": min_tokens}) if shared else None
+        lengths.append(0 if prefix is None else len(prefix))
+        return prefix
+
+    monkeypatch.setattr(algos.pg.SharedPrefix, "of", of)
+    m = copy.deepcopy(model)
+    stats = PolicyGradient(m, PGConfig(lr=0.0, max_grad_norm=1e9, micro_batch_tokens=micro_batch_tokens,
+                                       kl_coef=kl_coef)).update(seqs)
+    monkeypatch.setattr(algos.pg.SharedPrefix, "of", make)
+    return _grads(m), stats, max(lengths)
+
+
+@pytest.mark.parametrize("micro_batch_tokens", [1, 1 << 20])
+def test_the_shared_prefix_gives_the_gradient_of_whole_rows_on_real_choose_rollouts(
+        choose_rollouts, monkeypatch, micro_batch_tokens):
+    model, _, seqs = choose_rollouts
+    seqs = copy.deepcopy(seqs)
+    for k, s in enumerate(seqs):
+        s.advantage = (-1.0) ** k * (1 + k / 10)
+    whole, whole_stats, none = _update_grads(model, seqs, False, monkeypatch, micro_batch_tokens, kl_coef=0.1)
+    shared, shared_stats, length = _update_grads(model, seqs, True, monkeypatch, micro_batch_tokens, kl_coef=0.1)
+    assert none == 0 and length >= 16  # the system message is shared; the comparison is not empty
+    assert sum(float(g.abs().sum()) for g in whole) > 0
+    for a, b in zip(whole, shared):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
+    assert shared_stats["loss"] == pytest.approx(whole_stats["loss"], abs=1e-6)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_the_shared_prefix_gives_the_same_gradient_for_any_batch(model, monkeypatch, data):
+    # Sequences with a common opening of any length (up to their first generated token, or past it), any masks,
+    # any micro-batching: the gradient is the one of whole rows, and the prefix never covers a scored column.
+    common = data.draw(st.lists(st.integers(1, 299), min_size=0, max_size=40), label="common")
+    seqs = []
+    for k in range(data.draw(st.integers(2, 5), label="rows")):
+        tail = data.draw(st.lists(st.integers(1, 299), min_size=2, max_size=12), label="tail")
+        ids = common + tail
+        first = data.draw(st.integers(max(1, len(common) - 3), len(ids) - 1), label="first generated")
+        mask = [False] * first + [data.draw(st.booleans()) or t == first for t in range(first, len(ids))]
+        seqs.append(TrainSequence(ids, mask, [-1.0] * len(ids), advantage=1.0 - k))
+    micro = data.draw(st.sampled_from([1, 40, 1 << 20]), label="micro_batch_tokens")
+    whole, _, _ = _update_grads(model, seqs, False, monkeypatch, micro)
+    shared, _, length = _update_grads(model, seqs, True, monkeypatch, micro, min_tokens=1)
+    assert length <= min(s.gen_mask[1:].index(True) for s in seqs)
+    for a, b in zip(whole, shared):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
+
+
+def test_a_sequence_that_does_not_start_with_the_shared_prefix_is_refused(model, tokenizer):
+    batch = _batch(model, tokenizer)
+    prefix = algos.pg.SharedPrefix.of(model, batch, CPU, min_tokens=1)
+    assert prefix is not None and len(prefix) >= 1
+    other = TrainSequence([prefix.ids[0] + 1] + batch[0].token_ids[1:], batch[0].gen_mask, batch[0].old_logprobs)
+    with pytest.raises(ValueError, match="does not start with the shared prefix"):
+        sequence_logprobs(model, [other], CPU, prefix)
+    early = TrainSequence(batch[0].token_ids, [False, True] + batch[0].gen_mask[2:], batch[0].old_logprobs)
+    if len(prefix) > 1:
+        with pytest.raises(ValueError, match="covers column 0"):
+            sequence_logprobs(model, [early], CPU, prefix)
