@@ -72,52 +72,18 @@ def rollout_contributions(group: Sequence[Trajectory], collector: Collector, age
     Trajectories must have been collected with ``record_snapshots=True``. The root-start continuations are
     requested after all the others, so the inner boundaries get the same seeds whatever ``root_start`` is.
     """
-    return groups_rollout_contributions([group], collector, agent, continuations, [seed], root_start)[0]
-
-
-def groups_rollout_contributions(groups: Sequence[Sequence[Trajectory]], collector: Collector, agent: Any,
-                                 continuations: int, seeds: Sequence[int], root_start: str = "rollout"
-                                 ) -> list[list[np.ndarray]]:
-    """:func:`rollout_contributions` of several groups (group ``g`` with ``seeds[g]``), every group's
-    continuations in one collector run: the envs stay busy from one group's continuations to the next, where a
-    run per group would end in a tail of a few episodes acting alone. Each continuation has the reset seed it
-    has in its own group's run; the policy's draws come from the agent's one generator in the order the batch
-    takes them, so they are other draws of the same estimator."""
     if root_start not in ROOT_STARTS:
         raise ValueError(f"root_start={root_start!r}: use one of {', '.join(ROOT_STARTS)}")
     if not isinstance(continuations, (int, np.integer)) or continuations < 1:
         raise ValueError(f"continuations={continuations!r}: the rollout estimator needs at least 1 continuation "
                          "per boundary (M >= 1)")
-    if len(seeds) != len(groups):
-        raise ValueError(f"groups_rollout_contributions: one seed per group, got {len(seeds)} for {len(groups)}")
-    plans = [_boundaries(group, root_start) for group in groups]
-    requests = [Request(seed=seed + 7919 * n + m, options={"snapshot": group[i].snapshots[kind][sid]})
-                for group, seed, (wanted, _) in zip(groups, seeds, plans)
-                for n, (i, kind, sid) in enumerate(wanted) for m in range(continuations)]
-    runs = collector.run(agent, requests, progress=None) if requests else []
-    out, at = [], 0
-    for group, (wanted, roots) in zip(groups, plans):
-        mean_reward = float(np.mean([t.reward for t in group]))
-        values = {}
-        for w in wanted:
-            values[w] = float(np.mean([r.reward for r in runs[at:at + continuations]]))
-            at += continuations
-        starts = [values[key] for key in roots] if roots else [mean_reward] * len(group)
-        out.append([_chain_contributions(t, lambda kind, sid, i=i: values.get((i, kind, sid)), starts[i],
-                                         mean_reward) for i, t in enumerate(group)])
-    return out
-
-
-def _boundaries(group: Sequence[Trajectory], root_start: str
-                ) -> tuple[list[tuple[int, str, int]], list[tuple[int, str, int]]]:
-    """The snapshots a group's continuations start from, ``(trajectory, snapshot kind, session)`` in request
-    order (inner boundaries, then root starts), and each trajectory's root start (none: the group mean)."""
     if not all(t.snapshots.get("session_start") for t in group):
         raise ValueError("rollout contributions branch from env snapshots: collect the group with "
                          "Collector.run(..., record_snapshots=True)")
     if root_start == "group_rollout" and len({(t.task_id, t.budget) for t in group}) > 1:
         raise ValueError("root_start='group_rollout' shares one V(reset) across the group: its trajectories "
                          f"need one task and budget, got {sorted({(t.task_id, t.budget) for t in group})}")
+    mean_reward = float(np.mean([t.reward for t in group]))
     wanted: list[tuple[int, str, int]] = []
     for i, t in enumerate(group):
         for chain in chains(t):
@@ -126,13 +92,21 @@ def _boundaries(group: Sequence[Trajectory], root_start: str
                 wanted.append((i, "fork_before", chain[0]))
                 if chain[0] in t.snapshots["fork_after"]:
                     wanted.append((i, "fork_after", chain[0]))
-    roots: list[tuple[int, str, int]] = []
+    roots: list[tuple[int, str, int]] = []  # each trajectory's root start (none: the group mean)
     if root_start == "rollout":
         roots = [(i, "session_start", chains(t)[0][0]) for i, t in enumerate(group)]
     elif root_start == "group_rollout" and group:
         roots = [(0, "session_start", chains(group[0])[0][0])] * len(group)  # the group's first, shared
     wanted += list(dict.fromkeys(roots))
-    return [w for w in wanted if w[2] in group[w[0]].snapshots[w[1]]], roots
+    wanted = [w for w in wanted if w[2] in group[w[0]].snapshots[w[1]]]
+    requests = [Request(seed=seed + 7919 * n + m, options={"snapshot": group[i].snapshots[kind][sid]})
+                for n, (i, kind, sid) in enumerate(wanted) for m in range(continuations)]
+    runs = collector.run(agent, requests, progress=None) if requests else []
+    values = {w: float(np.mean([r.reward for r in runs[n * continuations:(n + 1) * continuations]]))
+              for n, w in enumerate(wanted)}
+    starts = [values[key] for key in roots] if roots else [mean_reward] * len(group)
+    return [_chain_contributions(t, lambda kind, sid, i=i: values.get((i, kind, sid)), starts[i], mean_reward)
+            for i, t in enumerate(group)]
 
 
 def likelihood_contributions(group: Sequence[Trajectory], model: torch.nn.Module,

@@ -272,16 +272,13 @@ def rl_iteration(config: TrainConfig, it: int, agent: LLMAgent, learner: PolicyG
         trajectories = collector.run(agent, requests, record_snapshots=mosaic_rollout, progress=f"rollouts {it}")
     sequences, all_adv, contrib_abs, contrib_positive, logged = [], [], [], [], []
     groups = [[t for t in trajectories if t.group == g] for g in range(config.tasks_per_iter)]
-    if mosaic_rollout:  # every group's continuations in one run of the collector, each group with its own seed
-        seeds = [int(rng.integers(2**31)) for _ in groups]
-        with times.phase("continuations"):
-            by_group = credit.groups_rollout_contributions(groups, collector, agent, config.continuations, seeds,
-                                                           root_start=config.root_start)
-    for g, group in enumerate(groups):
+    for group in groups:
         d = None
         if config.algo == "mosaic":
-            if mosaic_rollout:
-                d = by_group[g]
+            if config.estimator == "rollout":
+                with times.phase("continuations"):
+                    d = credit.rollout_contributions(group, collector, agent, config.continuations,
+                                                     seed=int(rng.integers(2**31)), root_start=config.root_start)
             else:
                 with times.phase("scoring"):
                     d = credit.likelihood_contributions(group, agent.model, agent.encode_action,

@@ -17,7 +17,7 @@ from agents.llm import LLMAgent
 from agents.models import build_tiny_model, train_tokenizer
 from algos import advantages
 from algos.bc import TeacherForcing
-from algos.credit import chains, groups_rollout_contributions, likelihood_contributions, rollout_contributions
+from algos.credit import chains, likelihood_contributions, rollout_contributions
 from algos.rollout import Collector, Request, Trajectory
 from conftest import SITE_SIZE
 from envs.actions import format_action
@@ -208,35 +208,6 @@ def test_a_group_rollout_root_start_is_one_value_for_the_group_from_m_continuati
     with pytest.raises(ValueError, match="one task and budget"):
         rollout_contributions([group["useful"], _cut(task)], Collector(_make_env, 2), AnswerIfSeen(_make_env()),
                               continuations=1, seed=0, root_start="group_rollout")
-
-
-def test_several_groups_continue_in_one_collector_run_each_with_its_own_credit(group, monkeypatch):
-    # The learner's iteration continues every group in one run (full batches, one tail): each group's D is the
-    # one its own run gives (this agent's actions draw no random number, so the draws' order cannot matter),
-    # and each group's requests keep their own reset seeds.
-    names = list(group)
-    groups = [[group[n] for n in names], [group["fork"], group["useless"]], [group["fail"]]]
-    asked: list[list[int]] = []
-    real_run = Collector.run
-
-    def counting_run(self, agent, requests, **kwargs):
-        asked.append([r.seed for r in requests])
-        return real_run(self, agent, requests, **kwargs)
-
-    monkeypatch.setattr(Collector, "run", counting_run)
-    agent = AnswerIfSeen(_make_env())
-    one_run = groups_rollout_contributions(groups, Collector(_make_env, 4), agent, 2, [0, 50, 900])
-    assert len(asked) == 1
-    separate = [rollout_contributions(g, Collector(_make_env, 4), agent, 2, seed) for g, seed in
-                zip(groups, [0, 50, 900])]
-    assert asked[0] == [seed for seeds in asked[1:] for seed in seeds]
-    for together, alone in zip(one_run, separate):
-        assert len(together) == len(alone)
-        for a, b in zip(together, alone):
-            assert a.tolist() == b.tolist()
-    assert one_run[0][names.index("useful")] == pytest.approx([1.0, 0.0])  # not all zeros: the test can fail
-    with pytest.raises(ValueError, match="one seed per group"):
-        groups_rollout_contributions(groups, Collector(_make_env, 4), agent, 2, [0])
 
 
 def test_a_fork_made_on_the_last_step_never_acts_and_gets_no_credit(group, task):
