@@ -111,7 +111,8 @@ class TrainSequence:
 
     @property
     def length(self) -> int:
-        """Token slots of one training pass: the sequence, plus every choice's candidates."""
+        """Token slots of one training pass, at most: the sequence, plus every choice's candidates (the learner
+        runs a choose-mode sequence only up to its last choice of several candidates)."""
         return len(self.token_ids) + sum(len(ids) for c in self.choices for ids in c.candidates)
 
 

@@ -87,28 +87,42 @@ def choice_logprobs(model: torch.nn.Module, sequences: Sequence[TrainSequence], 
     ``(b, j)`` hold a choice. ``prefix`` as in :func:`sequence_logprobs`.
     """
     batch = len(sequences)
-    length = max(len(s.token_ids) for s in sequences)
     count = max(len(s.choices) for s in sequences)
-    ids = torch.zeros((batch, length), dtype=torch.long)
-    attn = torch.zeros_like(ids)
-    for b, s in enumerate(sequences):
-        ids[b, : len(s.token_ids)] = torch.tensor(s.token_ids)
-        attn[b, : len(s.token_ids)] = 1
-    # Logits only where a candidate's first token is predicted: the last token of some choice's prefix.
-    keep = sorted({c.prompt_len - 1 for s in sequences for c in s.choices})
-    column = {col: i for i, col in enumerate(keep)}
-    tree = [[branch for c in s.choices for branch in _branches(c, b, length, column)] for b, s in enumerate(sequences)]
-    cache = _new_cache() if prefix is None else prefix.cache(batch)
-    first = _causal_pass(model, ids.to(device), attn.to(device), torch.tensor(keep, device=device), prefix, cache)
-    scored = score_tree(model, cache, tree, first)
     choices = [(b, j, c) for b, s in enumerate(sequences) for j, c in enumerate(s.choices)]
-    chosen = _chosen_logprobs(scored.sums(), scored.sizes, [c for _, _, c in choices])
     rows = torch.tensor([b for b, _, _ in choices], device=device)
     cols = torch.tensor([j for _, j, _ in choices], device=device)
-    logp = torch.zeros((batch, count), device=device).index_put((rows, cols), chosen)
-    old = torch.zeros_like(logp).index_put(
+    old = torch.zeros((batch, count), device=device).index_put(
         (rows, cols), torch.tensor([c.old_logprob for _, _, c in choices], device=device))
-    mask = torch.zeros_like(logp, dtype=torch.bool).index_put((rows, cols), torch.ones_like(rows, dtype=torch.bool))
+    mask = torch.zeros_like(old, dtype=torch.bool).index_put((rows, cols), torch.ones_like(rows, dtype=torch.bool))
+    # A choice of one candidate has log pi = 0 whatever the weights (no gradient), so only the others are
+    # scored, and a sequence is run only up to the last of their prefixes: what follows it (often a forced
+    # compaction's prompt and summary, the session's last step) changes none of the logits read.
+    scored = [(j, b, c) for j, (b, _, c) in enumerate(choices) if len(c.candidates) > 1]
+    active = sorted({b for _, b, _ in scored})
+    logp = torch.zeros_like(old)
+    if not active:
+        return logp, old, mask
+    row_of = {b: r for r, b in enumerate(active)}
+    ends = [max(c.prompt_len for _, b2, c in scored if b2 == b) for b in active]
+    length = max(ends)
+    ids = torch.zeros((len(active), length), dtype=torch.long)
+    attn = torch.zeros_like(ids)
+    for r, (b, end) in enumerate(zip(active, ends)):
+        ids[r, :end] = torch.tensor(sequences[b].token_ids[:end])
+        attn[r, :end] = 1
+    # Logits only where a candidate's first token is predicted: the last token of some choice's prefix.
+    keep = sorted({c.prompt_len - 1 for _, _, c in scored})
+    column = {col: i for i, col in enumerate(keep)}
+    tree = [[] for _ in active]
+    for _, b, c in scored:
+        tree[row_of[b]] += _branches(c, row_of[b], length, column)
+    cache = _new_cache() if prefix is None else prefix.cache(len(active))
+    first = _causal_pass(model, ids.to(device), attn.to(device), torch.tensor(keep, device=device), prefix, cache)
+    tree_scores = score_tree(model, cache, tree, first)
+    # The tree lists a row's branches in choice order, and rows in sequence order: the scored choices' order.
+    chosen = _chosen_logprobs(tree_scores.sums(), tree_scores.sizes, [c for _, _, c in scored])
+    at = torch.tensor([j for j, _, _ in scored], device=device)
+    logp = logp.index_put((rows[at], cols[at]), chosen)
     return logp, old, mask
 
 
@@ -319,7 +333,8 @@ class PolicyGradient:
                     k3 = torch.exp(ref - logp) - (ref - logp) - 1
                     loss = loss + c.kl_coef * (k3 * w).sum() / total
                     kl_sum += float((k3.detach() * w).sum())
-                loss.backward()
+                if loss.requires_grad:  # (not when every choice of the micro-batch had a single candidate)
+                    loss.backward()
                 loss_sum += float(loss.detach())
                 clipped += float(((torch.abs(ratio - 1) > c.clip_eps) * mask).sum())
                 stats["approx_kl"] = stats.get("approx_kl", 0.0) + float(((old - logp.detach()) * w).sum()) / total
