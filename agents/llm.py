@@ -31,7 +31,7 @@ from envs.actions import call_complete
 from envs.prompts import render_transcript
 
 from .base import RecordingAgent
-from .lm import Branch, cache_kwarg, cache_rows, candidate_log_policy, reserved_cache, score_tree
+from .lm import Branch, cache_kwarg, cache_rows, candidate_log_policy, common_prefix, reserved_cache, score_tree
 from .records import AgentStep
 
 KV = tuple[tuple[torch.Tensor, torch.Tensor], ...]
@@ -112,7 +112,7 @@ class _PrefixStore:
         """Keys/values of the longest stored prefix of ``ids``, leaving at least one id to feed."""
         best, best_n = None, 0
         for stored in self._entries:
-            n = _common_prefix(stored, ids, len(ids) - 1)
+            n = common_prefix(stored, ids, len(ids) - 1)
             if n > best_n:
                 best, best_n = stored, n
         if best is None or best_n < self.MIN_SHARED:
@@ -127,9 +127,9 @@ class _PrefixStore:
         if not self.capacity or n < self.MIN_SHARED or n > self.capacity:
             return
         key = tuple(ids[:n])
-        if any(_common_prefix(other, key, n) == n for other in self._entries):
+        if any(common_prefix(other, key, n) == n for other in self._entries):
             return  # (its keys are a prefix of a stored prompt's)
-        for shorter in [other for other in self._entries if _common_prefix(other, key, len(other)) == len(other)]:
+        for shorter in [other for other in self._entries if common_prefix(other, key, len(other)) == len(other)]:
             del self._entries[shorter]  # (a prefix of this one's)
         self._entries[key] = tuple((k[:, :, :n], v[:, :, :n]) for k, v in kv)
         total = sum(map(len, self._entries))
@@ -137,25 +137,6 @@ class _PrefixStore:
             oldest = next(iter(self._entries))
             del self._entries[oldest]
             total -= len(oldest)
-
-
-def _common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
-    """How many leading ids ``a`` and ``b`` share, at most ``limit`` (a binary search over slice comparisons,
-    which run in C).
-
-    Example:
-        >>> _common_prefix((1, 2, 3, 4), [1, 2, 9], 10), _common_prefix((1, 2), [1, 2, 3], 1)
-        (2, 1)
-    """
-    lo, hi = 0, min(len(a), len(b), limit)
-    a, b = list(a[:hi]), list(b[:hi])
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if a[:mid] == b[:mid]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
 
 
 class LLMAgent(RecordingAgent):

@@ -10,6 +10,8 @@ trains is the one the agent sampled from by construction, not by a test keeping 
 - :func:`reserved_cache` (and :func:`cache_rows`, some of its rows without a copy): a KV cache with room for
   the columns a step will add, written in place (no copy of the whole cache per forward pass, as a
   ``DynamicCache`` makes).
+- :func:`common_prefix`: how many leading token ids two sequences share (a new session's stored prefix, the
+  update's shared opening).
 - :func:`candidate_log_policy`: the choose-mode policy, ``log softmax(score / temperature)`` over each choice's
   candidates, from the candidates' summed token log-probs; the agent samples from it, the learner trains it.
 
@@ -101,6 +103,25 @@ class TreeScores:
         """Each branch's token log-probs, ``[first, *rest of its own]``."""
         later = torch.split(self.rest, [n - 1 for n in self.sizes])
         return [torch.cat([self.first[b : b + 1], own]) for b, own in enumerate(later)]
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
+    """How many leading ids ``a`` and ``b`` share, at most ``limit`` (a binary search over slice comparisons,
+    which run in C).
+
+    Example:
+        >>> common_prefix((1, 2, 3, 4), [1, 2, 9], 10), common_prefix((1, 2), [1, 2, 3], 1)
+        (2, 1)
+    """
+    lo, hi = 0, min(len(a), len(b), limit)
+    a, b = list(a[:hi]), list(b[:hi])
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def reserved_cache(layers: Sequence[tuple[torch.Tensor, torch.Tensor]], length: int) -> DynamicCache:

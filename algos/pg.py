@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 import numpy as np
 import torch
 
-from agents.lm import Branch, cache_kwarg, candidate_log_policy, score_tree
+from agents.lm import Branch, cache_kwarg, candidate_log_policy, common_prefix, score_tree
 from agents.records import Choice, TrainSequence
 
 from . import advantages as adv
@@ -161,18 +161,16 @@ class SharedPrefix:
         fewer than two sequences share at least ``min_tokens`` before their first scored column."""
         if len(sequences) < 2:
             return None
-        first = np.asarray(sequences[0].token_ids)
+        first = sequences[0].token_ids
         n = min(_first_scored(s) for s in sequences)
         for s in sequences[1:]:
-            other = np.asarray(s.token_ids[:n])
-            differ = np.flatnonzero(first[: len(other)] != other)
-            n = min(n, len(other), int(differ[0]) if len(differ) else n)
+            n = common_prefix(first, s.token_ids, n)
         if n < min_tokens:
             return None
         cache = _new_cache()
-        model(input_ids=torch.tensor([first[:n].tolist()], device=device), use_cache=True, logits_to_keep=1,
+        model(input_ids=torch.tensor([first[:n]], device=device), use_cache=True, logits_to_keep=1,
               **{cache_kwarg(model): cache})
-        return cls(first[:n].tolist(), [(layer.keys, layer.values) for layer in cache.layers])
+        return cls(list(first[:n]), [(layer.keys, layer.values) for layer in cache.layers])
 
     def __len__(self) -> int:
         return len(self.ids)
