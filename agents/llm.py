@@ -486,10 +486,46 @@ class LLMAgent(RecordingAgent):
         candidates go through one more pass together, as a tree over the prompt's cache: every candidate token
         attends to the whole prompt and to its own candidate's earlier tokens only, at the positions it would
         have right after the prompt (:func:`agents.lm.score_tree`, the learner's scorer too).
+
+        An env with one candidate (a forced action, such as the compaction a full context must make) is not
+        scored: ``pi`` is 1 whatever the model says, so no pass would change the action, its ``choice_logprob``
+        (0) or the learner's gradient (which skips such choices too). Its step's ``logprobs`` are zeros, and it
+        hands back no cache (a step that continued its session would recompute the keys). Every env still
+        draws from the generator in order, so the other envs' draws are those a scored pass would have made.
         """
         cand_ids = [[self._encode(c, False) for c in cands] for cands in candidates]
         if any(not ids for env_ids in cand_ids for ids in env_ids):
             raise ValueError("every candidate must be a non-empty action string")
+        scored = [e for e, ids in enumerate(cand_ids) if len(ids) > 1]
+        for e, row in enumerate(rows):
+            if len(cand_ids[e]) == 1:
+                row.kv = None  # (not scored: its session's keys are let go)
+        log_policy, token_logprobs, prompt_kv = self._score_candidates(
+            [rows[e] for e in scored], [cand_ids[e] for e in scored]) if scored else (None, {}, [])
+        where = {e: j for j, e in enumerate(scored)}
+        # The policy a learner trains: this one, at temperature 1 when sampling is greedy.
+        policy = {"temperature": self.temperature or 1.0, "length_normalize": self.length_normalize}
+        results = []
+        for e, ids in enumerate(cand_ids):
+            j = where.get(e)
+            logp = torch.zeros(1, dtype=torch.float64) if j is None else log_policy[j, : len(ids)]
+            if self.temperature == 0:
+                choice = int(logp.argmax())
+                probs = torch.nn.functional.one_hot(torch.tensor(choice), len(ids)).double()
+            else:
+                probs = logp.exp()
+                choice = int(self._draw(probs[None].to(self.device))[0])
+            chosen = torch.zeros(len(ids[choice])) if j is None else token_logprobs[(j, choice)].float()
+            step = AgentStep(None, [], ids[choice], chosen, candidates[e][choice], probs, choice, ids, policy,
+                             float(logp[choice]))
+            # The cache covers the prompt; the chosen candidate's tokens are fed with the next step's suffix.
+            results.append((step, None if j is None else prompt_kv[j]))
+        return results
+
+    def _score_candidates(self, rows: Sequence[_Row], cand_ids: Sequence[Sequence[list[int]]]
+                          ) -> tuple[torch.Tensor, dict[tuple[int, int], torch.Tensor], list[KV]]:
+        """``log pi`` over each row's candidates (:func:`agents.lm.candidate_log_policy`), every candidate's token
+        log-probs by ``(row, candidate)``, and each row's prompt keys/values."""
         chunks = self._score_chunks(cand_ids, max(r.past for r in rows) + max(len(r.new_ids) for r in rows))
         # The tree passes extend the batch's cache by their width: room for the widest tree. A chunk (a run of
         # consecutive envs) scores over its rows of the batch's buffers, written in place: no copy of the keys.
@@ -515,30 +551,12 @@ class LLMAgent(RecordingAgent):
         # cache has extended it, but the prompt's columns (where the mask is 1) are as they were.
         prompt_kv = [self._row_kv(cache, mask, i) for i in range(len(rows))]
         del cache
-        # The policy a learner trains: this one, at temperature 1 when sampling is greedy.
-        policy = {"temperature": self.temperature or 1.0, "length_normalize": self.length_normalize}
         counts = [len(ids) for ids in cand_ids]
         log_policy = candidate_log_policy(
             torch.stack([sums[(e, c)] for e, n in enumerate(counts) for c in range(n)]),
             [len(ids) for env_ids in cand_ids for ids in env_ids], counts,
-            [policy["length_normalize"]] * len(counts), [policy["temperature"]] * len(counts))
-        results = []
-        for e, ids in enumerate(cand_ids):
-            logp = log_policy[e, : len(ids)]
-            if self.temperature == 0:
-                choice = int(logp.argmax())
-                probs = torch.nn.functional.one_hot(torch.tensor(choice), len(ids)).double()
-            else:
-                probs = logp.exp()
-                choice = int(self._draw(probs[None].to(self.device))[0])
-            lps = [token_logprobs[(e, c)] for c in range(len(ids))]
-            step = AgentStep(
-                None, [], ids[choice], lps[choice].float(), candidates[e][choice], probs, choice, ids, policy,
-                float(logp[choice]),
-            )
-            # The cache covers the prompt; the chosen candidate's tokens are fed with the next step's suffix.
-            results.append((step, prompt_kv[e]))
-        return results
+            [self.length_normalize] * len(counts), [self.temperature or 1.0] * len(counts))
+        return log_policy, token_logprobs, prompt_kv
 
     def _score_chunks(self, cand_ids: Sequence[Sequence[list[int]]], past: int) -> list[list[int]]:
         """Group envs so each group's tree pass, ``envs * (past + new)`` slots, fits ``max_score_tokens``."""

@@ -32,7 +32,8 @@ class AgentStep:
         prompt_ids: every token the model conditioned on, from the start of the session's context.
         gen_ids: the tokens it produced (generate) or the chosen candidate's tokens (choose).
         logprobs: float32, ``log p(gen_ids[k] | prompt_ids + gen_ids[:k])`` under the model at temperature 1,
-            whatever temperature was used to sample.
+            whatever temperature was used to sample. Zeros for a choose-mode choice of one candidate (forced:
+            not scored, and no learner scores it) and for teacher forcing.
         text: the action string returned to the env: the decoded output, less a final eos token.
         choice_probs: choose mode: the probability of each of ``info["candidates"]`` (sums to 1).
         choice: choose mode: the index of the chosen candidate.

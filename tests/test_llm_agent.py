@@ -419,6 +419,48 @@ def test_choose_records_the_policy_the_learner_computes(tiny):
             assert step.choice == int(expected.argmax()) and float(step.choice_probs[step.choice]) == 1.0
 
 
+def test_a_choice_of_one_candidate_runs_no_pass_and_a_session_it_continues_acts_as_a_fresh_one(tiny):
+    # A forced action (the compaction a full context must make) has pi = 1 whatever the model says: it is not
+    # scored, the others of its batch are scored as if it were not there, and a session that goes on after it
+    # recomputes its keys (the forced step kept none) and acts as an agent that never saw the session.
+    model, tokenizer = tiny
+    rows = []
+    hook = model.register_forward_pre_hook(lambda m, args, kw: rows.append((kw.get("input_ids", args and args[0])).shape[0]),
+                                           with_kwargs=True)
+    try:
+        forced = 'compact("Edra Vane: no birthplace yet")'
+        questions = ["where was Edra Vane born?", "where was Mira Quell born?", "a question about Varn Holt?"]
+        messages = [_messages(q) for q in questions]
+        candidates = [["open(1)", 'answer("Oskarde")'], [forced], ['search("Varn Holt")', "open(2)"]]
+        infos = [_info(m, candidates=c, env_index=i) for i, (m, c) in enumerate(zip(messages, candidates))]
+        agent = LLMAgent(model, tokenizer, mode="choose", temperature=1.0, seed=0)
+        actions, steps = agent.act_batch_recorded([render_transcript(m) for m in messages], infos)
+        assert rows and set(rows) == {2}  # the prompt pass and the tree pass, over the two envs that choose
+        assert actions[1] == forced and steps[1].choice == 0 and steps[1].choice_logprob == 0.0
+        assert steps[1].choice_probs.tolist() == [1.0] and not steps[1].logprobs.any()
+        assert steps[1].gen_ids == agent.encode_action(forced) == steps[1].candidate_ids[0]
+        alone = LLMAgent(model, tokenizer, mode="choose", temperature=1.0, seed=0)
+        _, pair = alone.act_batch_recorded([render_transcript(messages[i]) for i in (0, 2)],
+                                           [infos[0], {**infos[2], "env_index": 1}])
+        for a, b in zip([steps[0], steps[2]], pair):
+            torch.testing.assert_close(a.choice_probs, b.choice_probs, atol=1e-6, rtol=0)
+            torch.testing.assert_close(a.logprobs, b.logprobs, atol=1e-5, rtol=0)
+        rows.clear()
+        assert agent.act_batch_recorded([render_transcript(messages[1])], [infos[1]])[1][0].choice == 0
+        assert rows == []  # a batch of forced choices runs no pass at all
+        # The forced env's session goes on (a custom env may offer one candidate mid-session).
+        later = _messages(questions[1], [(forced, "[Result 0]\n1. Mira Quell /wiki/Mira_Quell")])
+        info = _info(later, candidates=['search("Mira Quell")', "open(1)"], env_index=1)
+        _, step = _acted(agent, render_transcript(later), info)
+        _, fresh = _acted(LLMAgent(model, tokenizer, mode="choose", temperature=1.0, seed=0),
+                          render_transcript(later), info)
+        assert step.prompt_ids == fresh.prompt_ids
+        torch.testing.assert_close(step.choice_probs, fresh.choice_probs, atol=1e-6, rtol=0)
+        torch.testing.assert_close(step.logprobs, _reference_logprobs(model, step), atol=1e-4, rtol=0)
+    finally:
+        hook.remove()
+
+
 def test_candidate_log_policy_is_each_choices_own_log_softmax():
     sums = torch.tensor([-3.0, -1.0, -2.0, -6.0, -4.0], requires_grad=True)
     sizes, counts = [1, 2, 2, 3, 1], [2, 3]

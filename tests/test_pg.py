@@ -372,9 +372,18 @@ def test_first_ratio_is_one_on_real_rollouts(env_tokenizer, choose_rollouts, mod
         runs = Collector(make, 3).run(agent, [Request(seed=s, options={}) for s in range(3)])
         seqs = [s for t in runs for rows in session_sequences(t).values() for s in rows]
     assert sum(s.num_generated for s in seqs) > 0
+    forced_tokens = 0
     for s, lp in zip(seqs, _logprobs(model, seqs)):
         gen = np.array(s.gen_mask)
+        # A choice of one candidate (the forced compaction) is not scored when acting: its tokens record 0.
+        for c in s.choices:
+            if len(c.candidates) == 1:
+                span = slice(c.prompt_len, c.prompt_len + len(c.candidates[0]))
+                assert gen[span].all() and not np.any(np.array(s.old_logprobs)[span])
+                gen[span] = False
+                forced_tokens += span.stop - span.start
         np.testing.assert_allclose(np.array(lp)[gen], np.array(s.old_logprobs)[gen], atol=2e-4)
+    assert mode == "generate" or 0 < forced_tokens < sum(s.num_generated for s in seqs)
     before = copy.deepcopy(model.state_dict())
     stats = PolicyGradient(model, PGConfig(lr=0.0)).update(seqs)
     assert abs(stats["approx_kl"]) < 1e-4 and stats["clip_fraction"] == 0.0
