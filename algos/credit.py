@@ -32,7 +32,7 @@ from agents.records import TrainSequence
 from envs.actions import ActionError, format_action, parse_action
 
 from . import advantages as adv
-from .pg import sequence_logprobs
+from .pg import SharedPrefix, micro_batches, sequence_logprobs
 from .rollout import Collector, Request, Trajectory
 
 
@@ -110,20 +110,42 @@ def rollout_contributions(group: Sequence[Trajectory], collector: Collector, age
 
 
 def likelihood_contributions(group: Sequence[Trajectory], model: torch.nn.Module,
-                             encode: Callable[[str], list[int]], gold_answer: str, device: str = "cpu"
-                             ) -> list[np.ndarray]:
-    """D per session (in tree order): log p(gold answer action | context after) - log p(... | before)."""
-    answer_ids = encode(format_action("answer", gold_answer))
+                             encode: Callable[[str], list[int]], gold_answer: str, device: str = "cpu",
+                             max_tokens: int = 8192) -> list[np.ndarray]:
+    """D per session (in tree order): log p(gold answer action | context after) - log p(... | before).
 
-    def logp(context: list[int] | None) -> float | None:
+    Every context of the group is scored in one batched pass per ``max_tokens`` padded tokens (the shortest
+    first, so rows of a batch are of a length), after the tokens they all open with (the system message), which
+    run once (:class:`algos.pg.SharedPrefix`): the same log-probs as one pass per context, to float rounding.
+    """
+    answer_ids = encode(format_action("answer", gold_answer))
+    wanted: dict[tuple[int, ...], float] = {}
+
+    def ask(context: list[int] | None) -> float | None:  # (records the contexts; their values come later)
         if not context:
             return None
-        seq = TrainSequence(context + answer_ids, [False] * len(context) + [True] * len(answer_ids),
-                            [0.0] * (len(context) + len(answer_ids)))
-        with torch.no_grad():
-            lp, mask = sequence_logprobs(model, [seq], torch.device(device))
-        return float((lp * mask).sum())
+        wanted[tuple(context)] = 0.0
+        return 0.0
 
+    _likelihood_deltas(group, ask)
+    contexts = sorted(wanted, key=len)
+    sequences = [TrainSequence([*c, *answer_ids], [False] * len(c) + [True] * len(answer_ids),
+                               [0.0] * (len(c) + len(answer_ids))) for c in contexts]
+    dev = torch.device(device)
+    scores = []
+    with torch.no_grad():
+        prefix = SharedPrefix.of(model, sequences, dev)
+        for batch in micro_batches(sequences, max_tokens):
+            lp, mask = sequence_logprobs(model, batch, dev, prefix)
+            scores += (lp * mask).sum(1).tolist()
+    wanted.update(zip(contexts, scores))
+    return _likelihood_deltas(group, lambda context: wanted[tuple(context)] if context else None)
+
+
+def _likelihood_deltas(group: Sequence[Trajectory], logp: Callable[[list[int] | None], float | None]
+                       ) -> list[np.ndarray]:
+    """D per session of each trajectory, ``logp(context)`` the gold answer's log-prob after a context (None for
+    a session that never acted)."""
     out = []
     for t in group:
         d = np.zeros(t.num_sessions)

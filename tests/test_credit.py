@@ -10,6 +10,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from transformers import DynamicCache
 
 import envs  # noqa: F401  (registers the environments)
 from agents import Agent, OracleAgent
@@ -282,8 +283,15 @@ class CopyModel(torch.nn.Module):
         self.vocab_size = vocab_size
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                logits_to_keep: int | torch.Tensor = 0) -> SimpleNamespace:
-        seen = torch.nn.functional.one_hot(input_ids, self.vocab_size).cummax(dim=1).values
+                logits_to_keep: int | torch.Tensor = 0, use_cache: bool = False,
+                past_key_values: DynamicCache | None = None, **_) -> SimpleNamespace:
+        tokens = input_ids
+        if past_key_values is not None:  # the cache holds the earlier tokens' ids (as its one layer's keys)
+            if past_key_values.get_seq_length():
+                tokens = torch.cat([past_key_values.layers[0].keys[:, 0, :, 0].long(), input_ids], dim=1)
+            fed = input_ids.float()[:, None, :, None]
+            past_key_values.update(fed, fed, 0)
+        seen = torch.nn.functional.one_hot(tokens, self.vocab_size).cummax(dim=1).values[:, -input_ids.shape[1]:]
         logits = 8.0 * seen.float()
         if isinstance(logits_to_keep, torch.Tensor):  # as Transformers models take it: positions, or the last k
             logits = logits[:, logits_to_keep]
