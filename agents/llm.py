@@ -21,9 +21,11 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any, Hashable, Sequence
 
+import numpy as np
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
@@ -81,7 +83,7 @@ class _PrefixStore:
     Keys at a position depend only on the tokens up to it (causal attention), so a prefix's keys computed in one
     session serve any prompt that starts with those ids: the same values up to float rounding (another batch,
     another order of additions). At most ``capacity`` tokens in all, the least recently used dropped first;
-    emptied when the model's weights change in place (their version counters move) or are replaced (they move).
+    emptied by the agent when the model's weights change (:func:`_weights_version`).
     """
 
     MIN_SHARED = 8  # a shorter shared prefix is not worth a lookup's bookkeeping
@@ -89,24 +91,9 @@ class _PrefixStore:
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self._entries: dict[tuple[int, ...], KV] = {}  # (insertion order: least recently used first)
-        self._version: tuple[tuple[int, int], ...] | None = None
 
     def clear(self) -> None:
         self._entries.clear()
-
-    def weights(self, model: torch.nn.Module) -> None:
-        """Empty the store if ``model``'s weights changed since the last call."""
-        if not self.capacity:
-            return
-        # (where each weight lives and how often it was written in place: a weight replaced moves, one updated
-        # in place counts up)
-        try:
-            version = tuple((p.data_ptr(), p._version) for p in model.parameters())
-        except RuntimeError:  # weights made under torch.inference_mode keep no version: never trust the store
-            version = None
-        if version is None or version != self._version:
-            self._entries.clear()
-            self._version = version
 
     def longest_prefix(self, ids: list[int]) -> KV | None:
         """Keys/values of the longest stored prefix of ``ids``, leaving at least one id to feed."""
@@ -139,6 +126,57 @@ class _PrefixStore:
             total -= len(oldest)
 
 
+def _weights_version(model: torch.nn.Module) -> tuple[tuple[int, int], ...] | None:
+    """Where each weight lives and how often it was written in place (a weight replaced moves, one updated in
+    place counts up): what the agent's stores are valid for. None for weights made under
+    ``torch.inference_mode``, which keep no version (no store is then trusted past a step)."""
+    try:
+        return tuple((p.data_ptr(), p._version) for p in model.parameters())
+    except RuntimeError:
+        return None
+
+
+class _ScoreStore:
+    """The candidate scores of recent choices, by the token ids of their prompt and candidates.
+
+    A choice's scores (each candidate's token log-probs after the prompt) depend only on those ids and the
+    weights, and choices repeat: a group's runs open with the same prompt and candidates, a continuation's first
+    step is the step it branched from, and a policy that agrees with itself reaches the same states again (in the
+    demo's Mosaic iteration, 92% of the continuations' choices and 63% of the rollouts' had been scored before).
+    A repeat takes the scores the first computed, so it acts exactly as a pass would have, to float rounding.
+    At most ``capacity`` choices, the least recently used dropped first; emptied by the agent when the model's
+    weights change (:func:`_weights_version`).
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._entries: dict[bytes, tuple[torch.Tensor, list[torch.Tensor]]] = {}  # (least recently used first)
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    @staticmethod
+    def key(prompt_ids: Sequence[int], cand_ids: Sequence[Sequence[int]]) -> bytes:
+        """A digest of the prompt's and every candidate's ids (each run of ids preceded by its length)."""
+        runs = [prompt_ids, *cand_ids]
+        flat = np.concatenate([[len(r), *r] for r in runs]).astype(np.int64)
+        return hashlib.blake2b(flat.tobytes(), digest_size=16).digest()
+
+    def get(self, key: bytes) -> tuple[torch.Tensor, list[torch.Tensor]] | None:
+        """The summed token log-prob of each candidate and their token log-probs, if this choice was scored."""
+        found = self._entries.pop(key, None)
+        if found is not None:
+            self._entries[key] = found  # most recently used now
+        return found
+
+    def put(self, key: bytes, sums: torch.Tensor, token_logprobs: list[torch.Tensor]) -> None:
+        if not self.capacity:
+            return
+        self._entries[key] = (sums, token_logprobs)
+        while len(self._entries) > self.capacity:
+            del self._entries[next(iter(self._entries))]
+
+
 class LLMAgent(RecordingAgent):
     """An agent over a Transformers causal LM and its tokenizer.
 
@@ -168,6 +206,10 @@ class LLMAgent(RecordingAgent):
             prompt pass then feeds only the rest. The keys are the model's as it is: its weights changed in
             place (an optimizer's step, ``load_state_dict``) or replaced empty the store, as does :meth:`reset`.
             ``0``: off.
+        score_cache_choices: choose mode: keep the candidate scores of up to this many recent choices, by the
+            token ids of their prompt and candidates, and do not score a choice again that repeats one (a
+            group's runs open with the same state; a continuation's first step repeats the step it branched
+            from). Emptied, like the prefix store, when the weights change and by :meth:`reset`. ``0``: off.
         examples: messages put after the env's system message in every prompt: a worked exchange that shows a
             small instruct model the call format (:data:`envs.prompts.EXAMPLE_EXCHANGE`; ``()``: none). They
             are the agent's own prefix: the env's window does not count them.
@@ -197,6 +239,7 @@ class LLMAgent(RecordingAgent):
         max_score_tokens: int = 1 << 16,
         max_prompt_tokens: int = 8192,
         prefix_cache_tokens: int = 4096,
+        score_cache_choices: int = 4096,
         examples: Sequence[dict[str, str]] = (),
     ) -> None:
         if mode not in ("generate", "choose"):
@@ -219,6 +262,10 @@ class LLMAgent(RecordingAgent):
             raise ValueError(f"prefix_cache_tokens must be >= 0 (0: off), got {prefix_cache_tokens}")
         self.prefix_cache_tokens = prefix_cache_tokens if reuse_kv else 0
         self._prefixes = _PrefixStore(self.prefix_cache_tokens)
+        if score_cache_choices < 0:
+            raise ValueError(f"score_cache_choices must be >= 0 (0: off), got {score_cache_choices}")
+        self._scores = _ScoreStore(score_cache_choices)
+        self._weights: tuple[tuple[int, int], ...] | None = None  # what both stores hold values of
         self.examples = [dict(m) for m in examples]
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self._sessions: dict[tuple[int, Hashable], _Session] = {}
@@ -235,6 +282,7 @@ class LLMAgent(RecordingAgent):
         if index is None:
             self._sessions.clear()
             self._prefixes.clear()
+            self._scores.clear()
         else:
             self._sessions = {k: s for k, s in self._sessions.items() if k[0] != index}
 
@@ -262,7 +310,11 @@ class LLMAgent(RecordingAgent):
               forced: Sequence[str] | None = None) -> list[AgentStep]:
         keys = [(info.get("env_index", i), info.get("session_id")) for i, info in enumerate(infos)]
         prompts = [self._prompt(obs, info) for obs, info in zip(observations, infos)]
-        self._prefixes.weights(self.model)
+        weights = _weights_version(self.model)
+        if weights is None or weights != self._weights:
+            self._prefixes.clear()
+            self._scores.clear()
+            self._weights = weights
         rows, prompt_ids, fresh = [], [], []
         for key, prompt in zip(keys, prompts):
             ids, kv, new_session = self._context(key, prompt)
@@ -276,7 +328,7 @@ class LLMAgent(RecordingAgent):
         elif self.mode == "generate":
             results = self._generate(rows)
         else:
-            results = self._choose(rows, [self._candidates(info) for info in infos])
+            results = self._choose(rows, [self._candidates(info) for info in infos], prompt_ids)
         steps = []
         for key, prompt, ids, new_session, (step, kv) in zip(keys, prompts, prompt_ids, fresh, results):
             step.session_id, step.prompt_ids = key[1], ids
@@ -479,7 +531,8 @@ class LLMAgent(RecordingAgent):
             raise ValueError("mode='choose' needs info['candidates']: make the env with candidates=True")
         return list(candidates)
 
-    def _choose(self, rows: Sequence[_Row], candidates: Sequence[Sequence[str]]) -> list[tuple[AgentStep, KV]]:
+    def _choose(self, rows: Sequence[_Row], candidates: Sequence[Sequence[str]], prompt_ids: Sequence[list[int]]
+                ) -> list[tuple[AgentStep, KV]]:
         """Score every candidate after its env's prompt, then sample one per env from the softmax of the scores.
 
         The prompts go through one pass (their last logits score each candidate's first token). Then each env's
@@ -487,45 +540,79 @@ class LLMAgent(RecordingAgent):
         attends to the whole prompt and to its own candidate's earlier tokens only, at the positions it would
         have right after the prompt (:func:`agents.lm.score_tree`, the learner's scorer too).
 
-        An env with one candidate (a forced action, such as the compaction a full context must make) is not
-        scored: ``pi`` is 1 whatever the model says, so no pass would change the action, its ``choice_logprob``
-        (0) or the learner's gradient (which skips such choices too). Its step's ``logprobs`` are zeros, and it
-        hands back no cache (a step that continued its session would recompute the keys). Every env still
-        draws from the generator in order, so the other envs' draws are those a scored pass would have made.
+        Only choices not seen before are scored: one of a single candidate (a forced action, such as the
+        compaction a full context must make) has ``pi = 1`` whatever the model says, so no pass would change the
+        action, its ``choice_logprob`` (0) or the learner's gradient (which skips such choices too): its step's
+        ``logprobs`` are zeros and it hands back no cache (a step that continued its session would recompute the
+        keys). A choice the score store holds (``score_cache_choices``), or that an earlier env of the batch
+        repeats, takes those scores; it hands back the cache it came with (or the repeated env's), and the next
+        step of its session feeds what the cache lacks. Every env still draws from the generator in order, so
+        the draws are those of a batch that scored every env.
         """
         cand_ids = [[self._encode(c, False) for c in cands] for cands in candidates]
         if any(not ids for env_ids in cand_ids for ids in env_ids):
             raise ValueError("every candidate must be a non-empty action string")
-        scored = [e for e, ids in enumerate(cand_ids) if len(ids) > 1]
-        for e, row in enumerate(rows):
-            if len(cand_ids[e]) == 1:
-                row.kv = None  # (not scored: its session's keys are let go)
-        log_policy, token_logprobs, prompt_kv = self._score_candidates(
-            [rows[e] for e in scored], [cand_ids[e] for e in scored]) if scored else (None, {}, [])
-        where = {e: j for j, e in enumerate(scored)}
+        # (with the store off, every env's choice is its own: scored, even where another env repeats it)
+        keys = [None if len(ids) == 1 else self._scores.key(p, ids) if self._scores.capacity
+                else e.to_bytes(8, "big") for e, (p, ids) in enumerate(zip(prompt_ids, cand_ids))]
+        known: dict[bytes, tuple[torch.Tensor, list[torch.Tensor]]] = {}
+        scored: dict[bytes, int] = {}  # the envs this batch scores, by key (the first of a repeated choice)
+        for e, key in enumerate(keys):
+            if key is None:
+                rows[e].kv = None  # (not scored: its session's keys are let go)
+            elif key not in known and key not in scored:
+                found = self._scores.get(key)
+                if found is not None:
+                    known[key] = found
+                else:
+                    scored[key] = e
+        order = list(scored.values())
+        prompt_kv: dict[int, KV] = {}
+        if order:
+            sums, token_logprobs, kvs = self._score_candidates([rows[e] for e in order], [cand_ids[e] for e in order])
+            for j, e in enumerate(order):
+                known[keys[e]] = (sums[j], token_logprobs[j])
+                self._scores.put(keys[e], *known[keys[e]])
+                prompt_kv[e] = kvs[j]
+        choosing = [e for e, key in enumerate(keys) if key is not None]
         # The policy a learner trains: this one, at temperature 1 when sampling is greedy.
         policy = {"temperature": self.temperature or 1.0, "length_normalize": self.length_normalize}
+        log_policy = None
+        if choosing:
+            counts = [len(cand_ids[e]) for e in choosing]
+            log_policy = candidate_log_policy(
+                torch.cat([known[keys[e]][0] for e in choosing]),
+                [len(ids) for e in choosing for ids in cand_ids[e]], counts,
+                [policy["length_normalize"]] * len(counts), [policy["temperature"]] * len(counts))
+        where = {e: j for j, e in enumerate(choosing)}
         results = []
         for e, ids in enumerate(cand_ids):
-            j = where.get(e)
-            logp = torch.zeros(1, dtype=torch.float64) if j is None else log_policy[j, : len(ids)]
+            key = keys[e]
+            logp = torch.zeros(1, dtype=torch.float64) if key is None else log_policy[where[e], : len(ids)]
             if self.temperature == 0:
                 choice = int(logp.argmax())
                 probs = torch.nn.functional.one_hot(torch.tensor(choice), len(ids)).double()
             else:
                 probs = logp.exp()
                 choice = int(self._draw(probs[None].to(self.device))[0])
-            chosen = torch.zeros(len(ids[choice])) if j is None else token_logprobs[(j, choice)].float()
+            chosen = torch.zeros(len(ids[choice])) if key is None else known[key][1][choice].float()
             step = AgentStep(None, [], ids[choice], chosen, candidates[e][choice], probs, choice, ids, policy,
                              float(logp[choice]))
-            # The cache covers the prompt; the chosen candidate's tokens are fed with the next step's suffix.
-            results.append((step, None if j is None else prompt_kv[j]))
+            # The cache covers the prompt (or, for a choice not scored here, what the row came with); the chosen
+            # candidate's tokens are fed with the next step's suffix.
+            if key is None:
+                kv = None
+            elif e in prompt_kv:
+                kv = prompt_kv[e]
+            else:
+                kv = prompt_kv.get(scored.get(key, -1), rows[e].kv)
+            results.append((step, kv))
         return results
 
     def _score_candidates(self, rows: Sequence[_Row], cand_ids: Sequence[Sequence[list[int]]]
-                          ) -> tuple[torch.Tensor, dict[tuple[int, int], torch.Tensor], list[KV]]:
-        """``log pi`` over each row's candidates (:func:`agents.lm.candidate_log_policy`), every candidate's token
-        log-probs by ``(row, candidate)``, and each row's prompt keys/values."""
+                          ) -> tuple[list[torch.Tensor], list[list[torch.Tensor]], list[KV]]:
+        """Per row: each candidate's summed token log-prob ``(candidates,)``, their token log-probs, and the
+        prompt's keys/values."""
         chunks = self._score_chunks(cand_ids, max(r.past for r in rows) + max(len(r.new_ids) for r in rows))
         # The tree passes extend the batch's cache by their width: room for the widest tree. A chunk (a run of
         # consecutive envs) scores over its rows of the batch's buffers, written in place: no copy of the keys.
@@ -551,12 +638,9 @@ class LLMAgent(RecordingAgent):
         # cache has extended it, but the prompt's columns (where the mask is 1) are as they were.
         prompt_kv = [self._row_kv(cache, mask, i) for i in range(len(rows))]
         del cache
-        counts = [len(ids) for ids in cand_ids]
-        log_policy = candidate_log_policy(
-            torch.stack([sums[(e, c)] for e, n in enumerate(counts) for c in range(n)]),
-            [len(ids) for env_ids in cand_ids for ids in env_ids], counts,
-            [self.length_normalize] * len(counts), [self.temperature or 1.0] * len(counts))
-        return log_policy, token_logprobs, prompt_kv
+        sums_by_row = [torch.stack([sums[(e, c)] for c in range(len(ids))]) for e, ids in enumerate(cand_ids)]
+        lps_by_row = [[token_logprobs[(e, c)] for c in range(len(ids))] for e, ids in enumerate(cand_ids)]
+        return sums_by_row, lps_by_row, prompt_kv
 
     def _score_chunks(self, cand_ids: Sequence[Sequence[list[int]]], past: int) -> list[list[int]]:
         """Group envs so each group's tree pass, ``envs * (past + new)`` slots, fits ``max_score_tokens``."""

@@ -424,9 +424,7 @@ def test_a_choice_of_one_candidate_runs_no_pass_and_a_session_it_continues_acts_
     # scored, the others of its batch are scored as if it were not there, and a session that goes on after it
     # recomputes its keys (the forced step kept none) and acts as an agent that never saw the session.
     model, tokenizer = tiny
-    rows = []
-    hook = model.register_forward_pre_hook(lambda m, args, kw: rows.append((kw.get("input_ids", args and args[0])).shape[0]),
-                                           with_kwargs=True)
+    rows, hook = _passes(model)
     try:
         forced = 'compact("Edra Vane: no birthplace yet")'
         questions = ["where was Edra Vane born?", "where was Mira Quell born?", "a question about Varn Holt?"]
@@ -459,6 +457,83 @@ def test_a_choice_of_one_candidate_runs_no_pass_and_a_session_it_continues_acts_
         torch.testing.assert_close(step.logprobs, _reference_logprobs(model, step), atol=1e-4, rtol=0)
     finally:
         hook.remove()
+
+
+def _passes(model) -> tuple[list[int], object]:
+    """The batch size of every forward pass ``model`` makes (a list that fills), and the hook to remove."""
+    rows: list[int] = []
+    hook = model.register_forward_pre_hook(lambda m, args, kw: rows.append((kw.get("input_ids", args and args[0])
+                                                                            ).shape[0]), with_kwargs=True)
+    return rows, hook
+
+
+def _choose_sessions(agent, questions, steps=3):
+    """Drive choose-mode sessions, one per env (repeats allowed), as the env would: (actions, steps) per step."""
+    candidates = ['search("Edra Vane")', "open(1)", 'answer("Oskarde")', 'search("Mira Quell")']
+    turns = [[] for _ in questions]
+    history = []
+    for k in range(steps):
+        messages = [_messages(q, t) for q, t in zip(questions, turns)]
+        infos = [_info(m, candidates=candidates, env_index=i) for i, m in enumerate(messages)]
+        actions, batch = agent.act_batch_recorded([render_transcript(m) for m in messages], infos)
+        history.append((actions, batch))
+        for i, (t, action) in enumerate(zip(turns, actions)):  # (each env its own page: repeats part here)
+            t.append((action, f"[Result {k}]\n{i}. Edra Vane /wiki/Edra_Vane"))
+    return history
+
+
+def test_a_repeated_choice_takes_its_stored_scores_and_acts_as_a_pass_would(tiny):
+    # The group's runs open with the same prompt, so do repeated questions here; a sampled action that agrees
+    # makes the next prompts agree too. The stored scores (and a repeat's borrowed keys, which the next step of
+    # its session extends) must give the actions and probabilities of an agent that scores every choice.
+    model, tokenizer = tiny
+    questions = ["where was Edra Vane born?"] * 3 + ["where was Mira Quell born?"] * 2
+    runs, passes = [], []
+    for store in (4096, 0):
+        rows, hook = _passes(model)
+        try:
+            agent = LLMAgent(model, tokenizer, mode="choose", temperature=1.0, seed=4, score_cache_choices=store)
+            runs.append(_choose_sessions(agent, questions) + _choose_sessions(agent, questions[:2]))
+        finally:
+            hook.remove()
+        passes.append(rows)
+    for (actions, steps), (actions_off, steps_off) in zip(*runs):
+        assert actions == actions_off
+        for a, b in zip(steps, steps_off):
+            assert (a.prompt_ids, a.gen_ids, a.choice) == (b.prompt_ids, b.gen_ids, b.choice)
+            torch.testing.assert_close(a.choice_probs, b.choice_probs, atol=1e-6, rtol=0)
+            torch.testing.assert_close(a.logprobs, b.logprobs, atol=1e-5, rtol=0)
+            assert a.choice_logprob == pytest.approx(b.choice_logprob, abs=1e-6)
+    # The first step scores each distinct question once; the second run of two envs repeats the first's start.
+    assert passes[0][:2] == [2, 2] and passes[1][:2] == [5, 5]
+    assert sum(passes[0]) < sum(passes[1]) and len(passes[0]) < len(passes[1])
+
+
+def test_the_score_store_empties_when_the_weights_change(tiny):
+    model, tokenizer = tiny
+    model = copy.deepcopy(model)
+    messages = _messages("where was Edra Vane born?")
+    info = _info(messages, candidates=['search("Edra Vane")', "open(3)"])
+    agent = LLMAgent(model, tokenizer, mode="choose", temperature=1.0, seed=0)
+    rows, hook = _passes(model)
+    try:
+        _, first = _acted(agent, render_transcript(messages), info)
+        assert rows == [1, 1]
+        _, again = _acted(agent, render_transcript(messages), {**info, "session_id": 1})
+        assert rows == [1, 1] and torch.equal(again.choice_probs, first.choice_probs)  # stored: no pass
+        with torch.no_grad():
+            for p in model.parameters():
+                p.mul_(1.5)  # in place, as an optimizer's step writes
+        _, changed = _acted(agent, render_transcript(messages), {**info, "session_id": 2})
+        assert rows == [1, 1, 1, 1] and changed.choice == first.choice
+        assert not torch.allclose(changed.logprobs, first.logprobs, atol=1e-3)
+        agent.reset()
+        _acted(agent, render_transcript(messages), {**info, "session_id": 3})
+        assert len(rows) == 6
+    finally:
+        hook.remove()
+    with pytest.raises(ValueError, match="score_cache_choices must be >= 0"):
+        LLMAgent(model, tokenizer, score_cache_choices=-1)
 
 
 def test_candidate_log_policy_is_each_choices_own_log_softmax():
