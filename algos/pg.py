@@ -309,16 +309,21 @@ class PolicyGradient:
         sequences = [s for s in sequences if s.choices] + [s for s in sequences if not s.choices]
         total = float(sum(s.num_units * s.weight for s in sequences))
         self.model.train()
-        stats: dict[str, float] = {}
+        stats: dict[str, float] = {"approx_kl": 0.0}
         ref_prefix = None
         if self.ref_model is not None:
             with torch.no_grad():
                 ref_prefix = SharedPrefix.of(self.ref_model, sequences, self.device)
-        for _ in range(c.epochs):
+        for epoch in range(c.epochs):
             self.optimizer.zero_grad(set_to_none=True)
             loss_sum = clipped = kl_sum = 0.0
-            prefix = SharedPrefix.of(self.model, sequences, self.device)
-            for batch in _homogeneous(micro_batches(sequences, c.micro_batch_tokens)):
+            # A sequence of advantage 0 adds nothing to the loss or its gradient (unless a KL term is on), and in
+            # the first epoch its ratios are 1 (the weights it was sampled with), so it adds to no statistic but
+            # by float rounding: it is not run. (In the demo, most sessions of most iterations: groups that all
+            # succeeded or all failed, with no session's contribution telling them apart.)
+            running = [s for s in sequences if s.advantage != 0 or c.kl_coef > 0 or epoch > 0]
+            prefix = SharedPrefix.of(self.model, running, self.device)
+            for batch in _homogeneous(micro_batches(running, c.micro_batch_tokens)):
                 logp, old, mask = _unit_logprobs(self.model, batch, self.device, prefix)
                 adv_t = torch.tensor([s.advantage for s in batch], device=self.device)[:, None]
                 w = torch.tensor([s.weight for s in batch], device=self.device)[:, None] * mask
@@ -335,9 +340,12 @@ class PolicyGradient:
                     loss.backward()
                 loss_sum += float(loss.detach())
                 clipped += float(((torch.abs(ratio - 1) > c.clip_eps) * mask).sum())
-                stats["approx_kl"] = stats.get("approx_kl", 0.0) + float(((old - logp.detach()) * w).sum()) / total
+                stats["approx_kl"] += float(((old - logp.detach()) * w).sum()) / total
             if prefix is not None:
                 prefix.backward()
+            for p in self.model.parameters():  # (a gradient of zeros where no pass ran: AdamW's step is the same)
+                if p.requires_grad and p.grad is None:
+                    p.grad = torch.zeros_like(p)
             grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.max_grad_norm)
             self.optimizer.step()
             stats.update(loss=loss_sum, clip_fraction=clipped / total, grad_norm=float(grad_norm),

@@ -385,6 +385,8 @@ def test_first_ratio_is_one_on_real_rollouts(env_tokenizer, choose_rollouts, mod
         np.testing.assert_allclose(np.array(lp)[gen], np.array(s.old_logprobs)[gen], atol=2e-4)
     assert mode == "generate" or 0 < forced_tokens < sum(s.num_generated for s in seqs)
     before = copy.deepcopy(model.state_dict())
+    for k, s in enumerate(seqs):  # (a sequence of advantage 0 is not run: every one here is)
+        s.advantage = 1.0 if k % 2 else -0.5
     stats = PolicyGradient(model, PGConfig(lr=0.0)).update(seqs)
     assert abs(stats["approx_kl"]) < 1e-4 and stats["clip_fraction"] == 0.0
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # (the shared model is unchanged)
@@ -517,13 +519,51 @@ def test_the_shared_prefix_gives_the_same_gradient_for_any_batch(model, monkeypa
         ids = common + tail
         first = data.draw(st.integers(max(1, len(common) - 3), len(ids) - 1), label="first generated")
         mask = [False] * first + [data.draw(st.booleans()) or t == first for t in range(first, len(ids))]
-        seqs.append(TrainSequence(ids, mask, [-1.0] * len(ids), advantage=1.0 - k))
+        seqs.append(TrainSequence(ids, mask, [-1.0] * len(ids), advantage=0.5 - k))  # (none 0: all run)
     micro = data.draw(st.sampled_from([1, 40, 1 << 20]), label="micro_batch_tokens")
     whole, _, _ = _update_grads(model, seqs, False, monkeypatch, micro)
     shared, _, length = _update_grads(model, seqs, True, monkeypatch, micro, min_tokens=1)
     assert length <= min(s.gen_mask[1:].index(True) for s in seqs)
     for a, b in zip(whole, shared):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
+
+
+def test_a_sequence_of_advantage_zero_is_not_run_and_the_step_is_the_one_that_ran_it(choose_rollouts):
+    # Without a KL term, a session of advantage 0 adds nothing to the loss or its gradient: it is not run. The
+    # reference runs the same sessions with 1e-30 in place of 0 (every row goes through, adding nothing a
+    # float32 sum can hold), both with SGD with momentum (Adam would scale a 1e-30 gradient up to a full step).
+    # The parameters after two updates must agree, the second of which has only zeros: the optimizer's step then
+    # still moves the weights by its momentum, as it did when such sessions ran (a missing gradient would not).
+    model, _, seqs = choose_rollouts
+    seqs = [s for s in seqs if any(len(c.candidates) > 1 for c in s.choices)]
+    assert len(seqs) >= 3
+    results = []
+    for zero in (0.0, 1e-30):
+        batch = copy.deepcopy(seqs)
+        for k, s in enumerate(batch):
+            s.advantage = (1.0, zero, zero)[k % 3]
+        idle = copy.deepcopy(batch)
+        for s in idle:
+            s.advantage = zero
+        learner = PolicyGradient(copy.deepcopy(model), PGConfig(lr=1e-3))
+        learner.optimizer = torch.optim.SGD(learner.model.parameters(), lr=1e-2, momentum=0.9)
+        rows = []
+        hook = learner.model.register_forward_pre_hook(
+            lambda m, args, kw: rows.append(kw["input_ids"].shape[0]), with_kwargs=True)
+        first = learner.update(batch)
+        after_first = [p.detach().clone() for p in learner.model.parameters()]
+        second = learner.update(idle)
+        hook.remove()
+        results.append((first, second, after_first, [p.detach().clone() for p in learner.model.parameters()],
+                        sum(rows)))
+    (first, second, mid, end, rows), (first_ref, second_ref, mid_ref, end_ref, rows_ref) = results
+    assert rows < rows_ref  # fewer rows through the model
+    for a, b in zip(mid + end, mid_ref + end_ref):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+    assert any(not torch.equal(a, b) for a, b in zip(mid, end))  # the all-zero update still stepped
+    for key in ("loss", "grad_norm", "approx_kl", "clip_fraction", "tokens"):
+        assert first[key] == pytest.approx(first_ref[key], rel=1e-4, abs=1e-5), key  # (ratios 1 to rounding)
+    assert second["loss"] == 0.0 and second["grad_norm"] == 0.0 and second["tokens"] == second_ref["tokens"]
 
 
 def test_a_sequence_that_does_not_start_with_the_shared_prefix_is_refused(model, tokenizer):
