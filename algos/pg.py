@@ -102,28 +102,62 @@ def choice_logprobs(model: torch.nn.Module, sequences: Sequence[TrainSequence], 
     logp = torch.zeros_like(old)
     if not active:
         return logp, old, mask
-    row_of = {b: r for r, b in enumerate(active)}
-    ends = [max(c.prompt_len for _, b2, c in scored if b2 == b) for b in active]
+    # Rows whose scored part is the same (the tokens up to their last scored choice, and those choices' candidates,
+    # temperatures and normalisation: see run_key) get the same candidate scores, so one of them runs for all:
+    # each keeps its own chosen index and sampling-time log-prob, and the gradient sums over them through the gather.
+    own: dict[int, list[Choice]] = {b: [] for b in active}
+    for _, b, c in scored:
+        own[b].append(c)
+    first_of: dict[tuple, int] = {}
+    rep = {b: first_of.setdefault(run_key(sequences[b], own[b]), b) for b in active}
+    running = [b for b in active if rep[b] == b]
+    row_of = {b: r for r, b in enumerate(running)}
+    ends = [max(c.prompt_len for c in own[b]) for b in running]
     length = max(ends)
-    ids = torch.zeros((len(active), length), dtype=torch.long)
+    ids = torch.zeros((len(running), length), dtype=torch.long)
     attn = torch.zeros_like(ids)
-    for r, (b, end) in enumerate(zip(active, ends)):
+    for r, (b, end) in enumerate(zip(running, ends)):
         ids[r, :end] = torch.tensor(sequences[b].token_ids[:end])
         attn[r, :end] = 1
     # Logits only where a candidate's first token is predicted: the last token of some choice's prefix.
-    keep = sorted({c.prompt_len - 1 for _, _, c in scored})
+    keep = sorted({c.prompt_len - 1 for b in running for c in own[b]})
     column = {col: i for i, col in enumerate(keep)}
-    tree = [[] for _ in active]
-    for _, b, c in scored:
-        tree[row_of[b]] += _branches(c, row_of[b], length, column)
-    cache = _new_cache() if prefix is None else prefix.cache(len(active))
+    tree = [[] for _ in running]
+    spans: dict[int, list[range]] = {b: [] for b in running}  # each running row's choices' candidates in the tree
+    start = 0
+    for b in running:
+        for c in own[b]:
+            tree[row_of[b]] += _branches(c, row_of[b], length, column)
+            spans[b].append(range(start, start + len(c.candidates)))
+            start += len(c.candidates)
+    cache = _new_cache() if prefix is None else prefix.cache(len(running))
     first = _causal_pass(model, ids.to(device), attn.to(device), torch.tensor(keep, device=device), prefix, cache)
     tree_scores = score_tree(model, cache, tree, first)
-    # The tree lists a row's branches in choice order, and rows in sequence order: the scored choices' order.
-    chosen = _chosen_logprobs(tree_scores.sums(), tree_scores.sizes, [c for _, _, c in scored])
+    # Every scored choice, in order, reads its candidates' scores from its row's representative (the k-th scored
+    # choice of a row is the k-th of its representative's: the same prompt and candidates).
+    seen = dict.fromkeys(active, 0)
+    at_tree: list[int] = []
+    for _, b, _ in scored:
+        at_tree += spans[rep[b]][seen[b]]
+        seen[b] += 1
+    sums = tree_scores.sums()
+    if len(running) < len(active):
+        sums = sums[torch.tensor(at_tree, device=sums.device)]
+    sizes = [tree_scores.sizes[i] for i in at_tree]
+    chosen = _chosen_logprobs(sums, sizes, [c for _, _, c in scored])
     at = torch.tensor([j for j, _, _ in scored], device=device)
     logp = logp.index_put((rows[at], cols[at]), chosen)
     return logp, old, mask
+
+
+def run_key(sequence: TrainSequence, scored: Sequence[Choice]) -> tuple:
+    """What a sequence's scored choices depend on: its tokens up to the last of them, and each one's prompt length,
+    candidates, temperature and normalisation (not the index chosen nor its sampling-time log-prob). Sequences of
+    equal keys have equal candidate log-policies for any weights: a group's runs often repeat whole sessions (the
+    same search, the same page, the same answer), and :func:`choice_logprobs` runs such sequences once."""
+    end = max(c.prompt_len for c in scored)
+    return (tuple(sequence.token_ids[:end]),
+            tuple((c.prompt_len, tuple(map(tuple, c.candidates)), c.temperature, c.length_normalize) for c in scored))
 
 
 class SharedPrefix:
@@ -238,15 +272,24 @@ def _branches(choice: Choice, row: int, length: int, column: dict[int, int]) -> 
 
 
 def micro_batches(sequences: Sequence[TrainSequence], max_tokens: int) -> Iterable[list[TrainSequence]]:
-    """Consecutive groups whose padded size (count x longest) stays within ``max_tokens``."""
-    batch: list[TrainSequence] = []
-    longest = 0
+    """Consecutive groups whose padded size (runs x longest) stays within ``max_tokens``.
+
+    Choice sequences of one :func:`run_key` are one run of :func:`choice_logprobs`: they count once, and they go
+    together, in the place of the first of them (a group's repeated sessions share a pass).
+    """
+    runs: dict[object, list[TrainSequence]] = {}
     for s in sequences:
-        longest_if = max(longest, s.length)
-        if batch and longest_if * (len(batch) + 1) > max_tokens:
+        scored = [c for c in s.choices if len(c.candidates) > 1]
+        runs.setdefault(run_key(s, scored) if scored else id(s), []).append(s)
+    batch: list[TrainSequence] = []
+    count = longest = 0
+    for members in runs.values():
+        longest_if = max(longest, members[0].length)
+        if batch and longest_if * (count + 1) > max_tokens:
             yield batch
-            batch, longest_if = [], s.length
-        batch.append(s)
+            batch, count, longest_if = [], 0, members[0].length
+        batch += members
+        count += 1
         longest = longest_if
     if batch:
         yield batch

@@ -613,3 +613,104 @@ def test_single_candidate_choices_and_the_tokens_after_the_last_real_choice_chan
     assert calls == [] and mask.tolist() == [[True]] and logp.tolist() == [[0.0]]
     stats = PolicyGradient(copy.deepcopy(model), PGConfig(lr=1e-3)).update([only_forced])
     assert stats["loss"] == pytest.approx(1.0 / 1) and stats["grad_norm"] == 0.0
+
+
+# Repeated sessions ------------------------------------------------------------------------------------------------
+
+
+def _scored_twice(choose_rollouts):
+    """A sequence with at least two choices of several candidates, and another one."""
+    model, _, seqs = choose_rollouts
+    seq = next(s for s in seqs if sum(len(c.candidates) > 1 for c in s.choices) >= 2)
+    other = next(s for s in seqs if s is not seq and any(len(c.candidates) > 1 for c in s.choices))
+    return model, copy.deepcopy(seq), copy.deepcopy(other)
+
+
+def test_repeated_sessions_run_once_and_each_keeps_its_own_choice(choose_rollouts):
+    model, seq, other = _scored_twice(choose_rollouts)
+    last = max(j for j, c in enumerate(seq.choices) if len(c.candidates) > 1)
+    again = copy.deepcopy(seq)  # the same tokens and candidates; another candidate chosen last, another old log-prob
+    again.choices[last] = dataclasses.replace(again.choices[last], index=(seq.choices[last].index + 1)
+                                              % len(seq.choices[last].candidates), old_logprob=-3.0)
+    swapped = copy.deepcopy(seq)  # the same tokens, but one choice's candidates in another order: not the same run
+    swapped.choices[last] = dataclasses.replace(swapped.choices[last],
+                                                candidates=swapped.choices[last].candidates[::-1])
+    batch = [seq, other, again, swapped]
+    assert algos.pg.run_key(seq, [c for c in seq.choices if len(c.candidates) > 1]) == \
+        algos.pg.run_key(again, [c for c in again.choices if len(c.candidates) > 1])
+    rows_run = []
+    handle = model.register_forward_pre_hook(lambda m, args, kwargs: rows_run.append(kwargs["input_ids"].shape[0]),
+                                             with_kwargs=True)
+    model.zero_grad()
+    logp, old, mask = algos.pg.choice_logprobs(model, batch, CPU)
+    handle.remove()
+    assert rows_run[0] == 3  # the causal pass: seq (for itself and again), other, swapped
+    weights = torch.arange(1, 1 + logp.numel(), dtype=torch.float32).view(logp.shape) / 7  # every unit its own
+    (logp * weights)[mask].sum().backward()
+    shared = _grads(model)
+    # Each row alone: the same log-probs, old log-probs and, summed, the same gradient.
+    model.zero_grad()
+    for b, s in enumerate(batch):
+        alone, alone_old, alone_mask = algos.pg.choice_logprobs(model, [s], CPU)
+        n = alone.shape[1]
+        torch.testing.assert_close(logp[b, :n].detach(), alone[0].detach(), atol=1e-5, rtol=1e-4)
+        assert torch.equal(old[b, :n], alone_old[0]) and torch.equal(mask[b, :n], alone_mask[0])
+        (alone * weights[b : b + 1, :n])[alone_mask].sum().backward()
+    _close_grads(shared, _grads(model))
+    assert float(logp[2, last]) != pytest.approx(float(logp[0, last]), abs=1e-4)  # its own chosen candidate
+    assert float(logp[3, last]) != pytest.approx(float(logp[0, last]), abs=1e-4)  # its own candidates' scores
+
+
+def test_an_update_over_repeated_sessions_is_the_update_over_each(choose_rollouts):
+    model, seq, other = _scored_twice(choose_rollouts)
+    repeats = [dataclasses.replace(copy.deepcopy(seq), advantage=a) for a in (1.0, -0.5, 2.0)]
+    other.advantage = -1.0
+    batch = [repeats[0], other, *repeats[1:]]
+    config = PGConfig(lr=0.0, max_grad_norm=1e9)
+    results = []
+    for budget in (1 << 20, 1):  # repeats together (one run), or (micro-batches of one) each run alone
+        m = copy.deepcopy(model)
+        calls = []
+        handle = m.register_forward_pre_hook(lambda *a: calls.append(1))
+        stats = PolicyGradient(m, dataclasses.replace(config, micro_batch_tokens=budget)).update(batch)
+        handle.remove()
+        results.append((stats, _grads(m), len(calls)))
+    (together, g1, calls1), (apart, g2, calls2) = results
+    assert together["loss"] == pytest.approx(apart["loss"], rel=1e-5, abs=1e-7)
+    _close_grads(g1, g2)
+    assert calls1 < calls2
+
+
+def _close_grads(got: list[torch.Tensor], want: list[torch.Tensor]) -> None:
+    """The same gradient to float rounding: relative to the whole gradient's size (the sums run in another order)."""
+    flat_got, flat_want = torch.cat([g.flatten() for g in got]), torch.cat([g.flatten() for g in want])
+    assert float(flat_want.norm()) > 0
+    assert float((flat_got - flat_want).norm() / flat_want.norm()) < 1e-5
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(2, 12), st.booleans()), min_size=1, max_size=14),
+       st.integers(1, 40))
+def test_micro_batches_keep_a_run_together_and_count_it_once(specs, max_tokens):
+    """Any sequences, some repeating another's scored part: each sequence comes out once, a run's sequences in one
+    micro-batch, runs in their first order, and a batch of several runs fits ``max_tokens`` counted by runs."""
+    seqs = []
+    for token, n, scored in specs:
+        choices = [Choice(prompt_len=n, candidates=[[1], [2]] if scored else [[1]], index=0, old_logprob=0.0)]
+        seqs.append(TrainSequence([token] * n + [5], [False] * n + [True], [0.0] * (n + 1), choices=choices))
+
+    def run_of(s):
+        scored = [c for c in s.choices if len(c.candidates) > 1]
+        return algos.pg.run_key(s, scored) if scored else id(s)
+
+    batches = list(micro_batches(seqs, max_tokens))
+    flat = [s for b in batches for s in b]
+    assert sorted(map(id, flat)) == sorted(map(id, seqs))
+    where = {}
+    for k, b in enumerate(batches):
+        for s in b:
+            assert where.setdefault(run_of(s), k) == k
+        runs = {run_of(s) for s in b}
+        assert len(runs) == 1 or len(runs) * max(s.length for s in b) <= max_tokens
+    first = list(dict.fromkeys(run_of(s) for s in seqs))
+    assert list(dict.fromkeys(run_of(s) for s in flat)) == first
