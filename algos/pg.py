@@ -347,7 +347,8 @@ class PolicyGradient:
         c = self.config
         sequences = [s for s in sequences if s.num_units > 0]
         if not sequences:
-            return {"loss": 0.0, "clip_fraction": 0.0, "approx_kl": 0.0, "grad_norm": 0.0, "tokens": 0}
+            return {"loss": 0.0, "clip_fraction": 0.0, "approx_kl": 0.0, "grad_norm": 0.0, "tokens": 0,
+                    "sequences_run": 0}
         # Choice sequences and token sequences never share a micro-batch (their units differ).
         sequences = [s for s in sequences if s.choices] + [s for s in sequences if not s.choices]
         total = float(sum(s.num_units * s.weight for s in sequences))
@@ -395,6 +396,7 @@ class PolicyGradient:
                          kl_ref=kl_sum / total)
         stats["approx_kl"] /= c.epochs
         stats["tokens"] = total
+        stats["sequences_run"] = len(running)  # (in the last epoch; after the first, those of advantage 0 run too)
         self.model.eval()
         return stats
 

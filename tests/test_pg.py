@@ -564,6 +564,9 @@ def test_a_sequence_of_advantage_zero_is_not_run_and_the_step_is_the_one_that_ra
     for key in ("loss", "grad_norm", "approx_kl", "clip_fraction", "tokens"):
         assert first[key] == pytest.approx(first_ref[key], rel=1e-4, abs=1e-5), key  # (ratios 1 to rounding)
     assert second["loss"] == 0.0 and second["grad_norm"] == 0.0 and second["tokens"] == second_ref["tokens"]
+    # The metrics say how many sequences ran: one in three here, every one in the reference.
+    assert (first["sequences_run"], second["sequences_run"]) == (len([k for k in range(len(seqs)) if k % 3 == 0]), 0)
+    assert (first_ref["sequences_run"], second_ref["sequences_run"]) == (len(seqs), len(seqs))
 
 
 def test_a_sequence_that_does_not_start_with_the_shared_prefix_is_refused(model, tokenizer):

@@ -155,7 +155,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         rows[name] = {"algo": algo, "estimator": estimator,
                       **{f"{p}_s": metrics[f"time_{p}"] for p in PHASES}, "total_s": metrics["time_total"],
                       "success": metrics["success"], "sessions": metrics["sessions"], "steps": metrics["steps"],
-                      "units": metrics["tokens"]}
+                      "units": metrics["tokens"], "update_sequences": metrics["sequences_run"]}
     broadcast = rows["broadcast"]["total_s"]
     for name, row in rows.items():
         row["ratio_to_broadcast"] = round(row["total_s"] / broadcast, 3)
