@@ -8,7 +8,8 @@ So per seed the stages differ only in the iterations run, and the comparisons ar
 stage the run's ``summary.json`` is kept as ``summary_itN.json``; a stage already kept is not run again (run
 the command again to finish a stopped study).
 
-Writes ``OUT/results.json``, ``OUT/results.md`` and ``OUT/iterations.png`` (held-out success against iterations,
+Writes ``OUT/results.json``, ``OUT/results.md`` (held-out success, and the training batches' success over each
+stage's last 10 iterations) and ``OUT/iterations.png`` (held-out success against iterations,
 one line per seed and the mean).
 
 Usage:
@@ -71,6 +72,12 @@ def summarize(out: Path, stages: list[int], seeds: int) -> dict[str, Any]:
                 runs.setdefault(seed, {})[stage] = json.loads(path.read_text())
     first = stages[0]
     warm = {s: r[first]["success_warm_start"]["success"] for s, r in runs.items() if first in r}
+    history = {s: [json.loads(line)["success"] for line in (out / f"seed{s}" / "metrics.jsonl").read_text().splitlines()]
+               for s in runs if (out / f"seed{s}" / "metrics.jsonl").is_file()}
+
+    def train_success(seed: int, stage: int) -> float | None:  # the training batches' success, its last 10 iterations
+        done = history.get(seed, [])[:stage]
+        return float(np.mean(done[-10:])) if len(done) == stage else None
     rows = []
     for stage in stages:
         done = {s: r[stage] for s, r in runs.items() if stage in r}
@@ -83,6 +90,10 @@ def summarize(out: Path, stages: list[int], seeds: int) -> dict[str, Any]:
             f"minus_{first}_iterations": interval([success[s] - runs[s][first]["success_final"]["success"]
                                                   for s in success if first in runs[s]]),
             "sessions": interval([r["success_final"]["sessions"] for r in done.values()]),
+            "train_success_last_10": interval([train_success(s, stage) for s in done]),
+            f"train_success_last_10_minus_{first}": interval(
+                [train_success(s, stage) - train_success(s, first) for s in done
+                 if train_success(s, stage) is not None and train_success(s, first) is not None]),
             "per_seed": {str(s): round(v, 4) for s, v in success.items()},
         })
     return {"stages": stages, "warm_start": interval(list(warm.values())),
@@ -100,11 +111,13 @@ def markdown(results: dict[str, Any]) -> str:
     lines = [f"Held-out success after the warm start: {results['warm_start']['mean']:.3f} "
              f"(± {results['warm_start']['ci95'] or 0:.3f}, {results['warm_start']['n']} seeds). "
              f"Means over seeds with 95% t-intervals; differences paired by seed.", "",
-             f"| RL iterations | seeds | held-out success | gain over warm start | minus {first} iterations |",
-             "|---|---|---|---|---|"]
+             f"| RL iterations | seeds | held-out success | gain over warm start | minus {first} iterations | "
+             f"training success, last 10 iterations | minus at {first} |",
+             "|---|---|---|---|---|---|---|"]
     for row in results["rows"]:
         lines.append(f"| {row['iterations']} | {len(row['seeds'])} | {_cell(row['success'])[1:]} | "
-                     f"{_cell(row['gain_over_warm_start'])} | {_cell(row[f'minus_{first}_iterations'])} |")
+                     f"{_cell(row['gain_over_warm_start'])} | {_cell(row[f'minus_{first}_iterations'])} | "
+                     f"{_cell(row['train_success_last_10'])[1:]} | {_cell(row[f'train_success_last_10_minus_{first}'])} |")
     return "\n".join(lines) + "\n"
 
 
