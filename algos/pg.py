@@ -109,7 +109,7 @@ def choice_logprobs(model: torch.nn.Module, sequences: Sequence[TrainSequence], 
     for _, b, c in scored:
         own[b].append(c)
     first_of: dict[tuple, int] = {}
-    rep = {b: first_of.setdefault(run_key(sequences[b], own[b]), b) for b in active}
+    rep = {b: first_of.setdefault(run_key(sequences[b]), b) for b in active}
     running = [b for b in active if rep[b] == b]
     row_of = {b: r for r, b in enumerate(running)}
     ends = [max(c.prompt_len for c in own[b]) for b in running]
@@ -150,11 +150,15 @@ def choice_logprobs(model: torch.nn.Module, sequences: Sequence[TrainSequence], 
     return logp, old, mask
 
 
-def run_key(sequence: TrainSequence, scored: Sequence[Choice]) -> tuple:
-    """What a sequence's scored choices depend on: its tokens up to the last of them, and each one's prompt length,
-    candidates, temperature and normalisation (not the index chosen nor its sampling-time log-prob). Sequences of
-    equal keys have equal candidate log-policies for any weights: a group's runs often repeat whole sessions (the
-    same search, the same page, the same answer), and :func:`choice_logprobs` runs such sequences once."""
+def run_key(sequence: TrainSequence) -> tuple | None:
+    """What a sequence's scored choices (those of several candidates) depend on: its tokens up to the last of
+    them, and each one's prompt length, candidates, temperature and normalisation (not the index chosen nor its
+    sampling-time log-prob); None when it has no such choice. Sequences of equal keys have equal candidate
+    log-policies for any weights: a group's runs often repeat whole sessions (the same search, the same page,
+    the same answer), and :func:`choice_logprobs` runs such sequences once."""
+    scored = [c for c in sequence.choices if len(c.candidates) > 1]
+    if not scored:
+        return None
     end = max(c.prompt_len for c in scored)
     return (tuple(sequence.token_ids[:end]),
             tuple((c.prompt_len, tuple(map(tuple, c.candidates)), c.temperature, c.length_normalize) for c in scored))
@@ -279,8 +283,8 @@ def micro_batches(sequences: Sequence[TrainSequence], max_tokens: int) -> Iterab
     """
     runs: dict[object, list[TrainSequence]] = {}
     for s in sequences:
-        scored = [c for c in s.choices if len(c.candidates) > 1]
-        runs.setdefault(run_key(s, scored) if scored else id(s), []).append(s)
+        key = run_key(s)
+        runs.setdefault(id(s) if key is None else key, []).append(s)
     batch: list[TrainSequence] = []
     count = longest = 0
     for members in runs.values():

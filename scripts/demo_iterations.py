@@ -100,10 +100,11 @@ def summarize(out: Path, stages: list[int], seeds: int) -> dict[str, Any]:
             "warm_start_per_seed": {str(s): round(v, 4) for s, v in warm.items()}, "rows": rows}
 
 
-def _cell(c: dict[str, Any]) -> str:
+def _cell(c: dict[str, Any], signed: bool = True) -> str:
+    """``mean ± half-width``; a difference (``signed``) shows its sign."""
     if c["mean"] is None:
         return "n/a"
-    return f"{c['mean']:+.3f}" + (f" ± {c['ci95']:.3f}" if c["ci95"] is not None else "")
+    return f"{c['mean']:{'+' if signed else ''}.3f}" + (f" ± {c['ci95']:.3f}" if c["ci95"] is not None else "")
 
 
 def markdown(results: dict[str, Any]) -> str:
@@ -115,9 +116,9 @@ def markdown(results: dict[str, Any]) -> str:
              f"training success, last 10 iterations | minus at {first} |",
              "|---|---|---|---|---|---|---|"]
     for row in results["rows"]:
-        lines.append(f"| {row['iterations']} | {len(row['seeds'])} | {_cell(row['success'])[1:]} | "
+        lines.append(f"| {row['iterations']} | {len(row['seeds'])} | {_cell(row['success'], signed=False)} | "
                      f"{_cell(row['gain_over_warm_start'])} | {_cell(row[f'minus_{first}_iterations'])} | "
-                     f"{_cell(row['train_success_last_10'])[1:]} | {_cell(row[f'train_success_last_10_minus_{first}'])} |")
+                     f"{_cell(row['train_success_last_10'], signed=False)} | {_cell(row[f'train_success_last_10_minus_{first}'])} |")
     return "\n".join(lines) + "\n"
 
 

@@ -639,8 +639,7 @@ def test_repeated_sessions_run_once_and_each_keeps_its_own_choice(choose_rollout
     swapped.choices[last] = dataclasses.replace(swapped.choices[last],
                                                 candidates=swapped.choices[last].candidates[::-1])
     batch = [seq, other, again, swapped]
-    assert algos.pg.run_key(seq, [c for c in seq.choices if len(c.candidates) > 1]) == \
-        algos.pg.run_key(again, [c for c in again.choices if len(c.candidates) > 1])
+    assert algos.pg.run_key(seq) == algos.pg.run_key(again) != algos.pg.run_key(swapped)
     rows_run = []
     handle = model.register_forward_pre_hook(lambda m, args, kwargs: rows_run.append(kwargs["input_ids"].shape[0]),
                                              with_kwargs=True)
@@ -703,8 +702,8 @@ def test_micro_batches_keep_a_run_together_and_count_it_once(specs, max_tokens):
         seqs.append(TrainSequence([token] * n + [5], [False] * n + [True], [0.0] * (n + 1), choices=choices))
 
     def run_of(s):
-        scored = [c for c in s.choices if len(c.candidates) > 1]
-        return algos.pg.run_key(s, scored) if scored else id(s)
+        key = algos.pg.run_key(s)
+        return id(s) if key is None else key
 
     batches = list(micro_batches(seqs, max_tokens))
     flat = [s for b in batches for s in b]
