@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -32,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from algos.config import write_text_atomic
 from algos.study import interval
 
 QUICK = ["--model", "tiny-100k", "--bc-episodes", "4", "--bc-epochs", "1", "--tasks-per-iter", "1",
@@ -54,11 +54,21 @@ def run_seed(seed: int, stages: list[int], out: Path, extra: list[str], threads:
                "--out", str(folder), *(["--resume"] if resume else []), *extra]
         log(f"seed {seed}: {stage} iterations ({'resuming' if resume else 'starting'})")
         with (out / f"seed{seed}.log").open("a") as f:
-            subprocess.run(cmd, check=True, env=env, stdout=f, stderr=subprocess.STDOUT)
-        summary = json.loads((folder / "summary.json").read_text())
-        if summary.get("iterations") != stage:
-            raise RuntimeError(f"seed {seed}: summary.json records {summary.get('iterations')} iterations, not {stage}")
-        shutil.copyfile(folder / "summary.json", stage_summary(folder, stage))
+            done = subprocess.run(cmd, env=env, stdout=f, stderr=subprocess.STDOUT)
+        if done.returncode != 0:
+            raise SystemExit(f"seed {seed}: mosaic train stopped with exit code {done.returncode} at stage {stage}; "
+                             f"its output is in {out / f'seed{seed}.log'} (run this command again to resume it)")
+        text = (folder / "summary.json").read_text()
+        if json.loads(text).get("iterations") != stage:
+            raise SystemExit(f"seed {seed}: {folder / 'summary.json'} does not record {stage} iterations")
+        write_text_atomic(stage_summary(folder, stage), text)  # (a kill leaves the stage not kept, not half kept)
+
+
+def _read(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as err:
+        raise SystemExit(f"{path} is damaged ({err}): delete it and run the command again") from None
 
 
 def summarize(out: Path, stages: list[int], seeds: int) -> dict[str, Any]:
@@ -69,7 +79,7 @@ def summarize(out: Path, stages: list[int], seeds: int) -> dict[str, Any]:
         for stage in stages:
             path = stage_summary(out / f"seed{seed}", stage)
             if path.is_file():
-                runs.setdefault(seed, {})[stage] = json.loads(path.read_text())
+                runs.setdefault(seed, {})[stage] = _read(path)
     first = stages[0]
     warm = {s: r[first]["success_warm_start"]["success"] for s, r in runs.items() if first in r}
     history = {s: [json.loads(line)["success"] for line in (out / f"seed{s}" / "metrics.jsonl").read_text().splitlines()]

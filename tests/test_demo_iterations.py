@@ -62,3 +62,12 @@ def test_bad_stages_are_refused_by_name(script, tmp_path, stages, capsys):
     with pytest.raises(SystemExit):
         script.main(["--stages", stages, "--out", str(tmp_path)])
     assert "--stages" in capsys.readouterr().err
+
+
+def test_a_damaged_kept_stage_is_named_not_a_traceback(script, study, tmp_path):
+    copy = tmp_path / "study"
+    import shutil
+    shutil.copytree(study, copy)
+    (copy / "seed1" / "summary_it2.json").write_text('{"iterations": 2, "success_fi')  # cut short
+    with pytest.raises(SystemExit, match=r"seed1/summary_it2.json is damaged .*delete it"):
+        script.main(["--seeds", "2", "--stages", "1,2", "--out", str(copy), "--summary-only"])
