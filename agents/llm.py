@@ -612,7 +612,25 @@ class LLMAgent(RecordingAgent):
     def _score_candidates(self, rows: Sequence[_Row], cand_ids: Sequence[Sequence[list[int]]]
                           ) -> tuple[list[torch.Tensor], list[list[torch.Tensor]], list[KV]]:
         """Per row: each candidate's summed token log-prob ``(candidates,)``, their token log-probs, and the
-        prompt's keys/values."""
+        prompt's keys/values.
+
+        Rows of similar lengths go through their passes together (:func:`length_buckets`): a pass lays its rows
+        out as wide as its longest, so a child session's short context batched with its parent's long one would
+        attend over the parent's length of padding (on the fork preset, most of an iteration's time).
+        """
+        shapes = [(r.past, len(r.new_ids), sum(map(len, ids))) for r, ids in zip(rows, cand_ids)]
+        sums: list[torch.Tensor] = [torch.empty(0)] * len(rows)
+        token_logprobs: list[list[torch.Tensor]] = [[] for _ in rows]
+        prompt_kv: list[KV] = [()] * len(rows)
+        for bucket in length_buckets(shapes):
+            scored = self._score_bucket([rows[i] for i in bucket], [cand_ids[i] for i in bucket])
+            for i, row_sums, row_logprobs, kv in zip(bucket, *scored):
+                sums[i], token_logprobs[i], prompt_kv[i] = row_sums, row_logprobs, kv
+        return sums, token_logprobs, prompt_kv
+
+    def _score_bucket(self, rows: Sequence[_Row], cand_ids: Sequence[Sequence[list[int]]]
+                      ) -> tuple[list[torch.Tensor], list[list[torch.Tensor]], list[KV]]:
+        """:meth:`_score_candidates` over rows in one layout: a pass over the prompts, then tree passes."""
         chunks = self._score_chunks(cand_ids, max(r.past for r in rows) + max(len(r.new_ids) for r in rows))
         # The tree passes extend the batch's cache by their width: room for the widest tree. A chunk (a run of
         # consecutive envs) scores over its rows of the batch's buffers, written in place: no copy of the keys.
@@ -655,6 +673,48 @@ class LLMAgent(RecordingAgent):
             chunks[-1].append(e)
             widest = max(widest, new)
         return chunks
+
+
+BUCKET_SLACK = 1.25
+"""A row joins a bucket while the bucket's padded attention slots stay within this factor of its rows' own."""
+BUCKET_FLOOR_SLOTS = 1 << 15
+"""Below this many padded slots a bucket takes any row: a pass's fixed cost outweighs so little padding."""
+
+
+def length_buckets(shapes: Sequence[tuple[int, int, int]], slack: float = BUCKET_SLACK,
+                   floor: int = BUCKET_FLOOR_SLOTS) -> list[list[int]]:
+    """Rows grouped for scoring passes: each bucket's rows laid out together waste little attention on padding.
+
+    ``shapes`` holds, per row, its cached tokens, new tokens and tree (candidate) tokens. A bucket's passes lay
+    its rows out as wide as their longest: the prompt pass attends from ``new`` query slots to ``past + new``
+    key columns, the tree pass from ``tree`` slots to ``past + new + tree``, each the bucket's maximum. Rows are
+    taken shortest first; one joins the current bucket while the bucket's padded slots stay within ``slack``
+    times the slots its rows would use alone (or under ``floor``), else it starts the next bucket.
+
+    Example:
+        >>> length_buckets([(1200, 10, 40), (0, 300, 40), (1190, 12, 40), (0, 310, 38)], floor=0)
+        [[1, 3], [2, 0]]
+    """
+    order = sorted(range(len(shapes)), key=lambda i: (shapes[i][0] + shapes[i][1], shapes[i]))
+    buckets: list[list[int]] = []
+    own = 0
+    for i in order:
+        alone = _attention_slots([shapes[i]])
+        if buckets:
+            padded = _attention_slots([shapes[j] for j in buckets[-1]] + [shapes[i]])
+            if padded <= max(slack * (own + alone), floor):
+                buckets[-1].append(i)
+                own += alone
+                continue
+        buckets.append([i])
+        own = alone
+    return buckets
+
+
+def _attention_slots(shapes: Sequence[tuple[int, int, int]]) -> int:
+    """Query-key pairs of the prompt and tree passes over these rows laid out together (padding included)."""
+    past, new, tree = (max(s[k] for s in shapes) for k in range(3))
+    return len(shapes) * (new * (past + new) + tree * (past + new + tree))
 
 
 def _into_batch(cache: DynamicCache | None, part: DynamicCache, start: int, batch: int, capacity: int

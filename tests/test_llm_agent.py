@@ -11,7 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents.llm import LLMAgent, tool_call_complete
+from agents.llm import LLMAgent, length_buckets, tool_call_complete
 from agents.lm import candidate_log_policy
 from agents.records import AgentStep, pack_session
 from agents.models import build_tiny_model, train_tokenizer
@@ -534,6 +534,52 @@ def test_the_score_store_empties_when_the_weights_change(tiny):
         hook.remove()
     with pytest.raises(ValueError, match="score_cache_choices must be >= 0"):
         LLMAgent(model, tokenizer, score_cache_choices=-1)
+
+
+def test_a_batch_of_short_and_long_contexts_scores_in_length_buckets_as_each_alone_would(tiny):
+    """Sessions far apart in length (a parent's long context beside fresh children) go through separate passes,
+    and every env's scores are those of a pass over it alone, to float32 rounding."""
+    model, tokenizer = tiny
+    candidates = ['search("Edra Vane")', "open(1)", 'answer("Oskarde")', 'search("Mira Quell")']
+    long_turns = [(f'search("{n}")', f"[Result {k}]\n{k}. {n} /wiki/{n.replace(' ', '_')} " * 6)
+                  for k, n in enumerate(NAMES * 2)]
+    sessions = [_messages("where was Edra Vane born?", long_turns), _messages("x?"),
+                _messages("where was Tolis Marr born?", long_turns[:3]), _messages("who?")]
+    infos = [_info(m, candidates=candidates, env_index=i) for i, m in enumerate(sessions)]
+    observations = [render_transcript(m) for m in sessions]
+    agent = LLMAgent(model, tokenizer, mode="choose", seed=0, prefix_cache_tokens=0)
+    _, batched = agent.act_batch_recorded(observations, infos)
+    lengths = [len(step.prompt_ids) for step in batched]
+    tree = sum(len(ids) for ids in batched[0].candidate_ids)
+    assert len(length_buckets([(0, n, tree) for n in lengths])) > 1  # (the case this test is about)
+    # A row's log-prob is a difference of float32 sums over at most `longest` terms (keys, then the vocabulary):
+    # rounding bounds each by longest * eps * its magnitude; a wrong or shifted row is off by far more.
+    longest = max(lengths) + tree
+    for observation, info, step in zip(observations, infos, batched):
+        alone = LLMAgent(model, tokenizer, mode="choose", seed=0, prefix_cache_tokens=0)
+        _, (single,) = alone.act_batch_recorded([observation], [info])
+        assert single.candidate_ids == step.candidate_ids and single.prompt_ids == step.prompt_ids
+        tolerance = longest * torch.finfo(torch.float32).eps * max(1.0, float(single.logprobs.abs().max()))
+        torch.testing.assert_close(step.logprobs, single.logprobs, atol=tolerance, rtol=0)
+        torch.testing.assert_close(step.logprobs, _reference_logprobs(model, step), atol=tolerance, rtol=0)
+        torch.testing.assert_close(step.choice_probs, single.choice_probs, atol=tolerance, rtol=0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3000), st.integers(1, 2000), st.integers(1, 400)), max_size=40),
+       st.floats(1.0, 4.0), st.integers(0, 1 << 20))
+def test_length_buckets_cover_every_row_once_within_their_padding_bound(shapes, slack, floor):
+    def padded(rows):  # query-key slots of the prompt and tree passes over these rows laid out together
+        past, new, tree = (max(shapes[i][k] for i in rows) for k in range(3))
+        return len(rows) * (new * (past + new) + tree * (past + new + tree))
+
+    buckets = length_buckets(shapes, slack=slack, floor=floor)
+    assert sorted(i for bucket in buckets for i in bucket) == list(range(len(shapes)))
+    for bucket in buckets:
+        own = sum(padded([i]) for i in bucket)
+        assert len(bucket) == 1 or padded(bucket) <= max(slack * own, floor)
+    if shapes:  # never more padded work than the whole batch in one layout
+        assert sum(padded(bucket) for bucket in buckets) <= padded(range(len(shapes)))
 
 
 def test_candidate_log_policy_is_each_choices_own_log_softmax():
