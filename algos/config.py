@@ -44,7 +44,10 @@ class PGConfig:
     weight_decay: float = 0.0  # AdamW weight decay
     clip_eps: float = 0.2  # PPO/GRPO clip range of the per-token importance ratio
     kl_coef: float = 0.0  # weight of the k3 KL to a frozen reference copy of the initial model (0: none)
-    epochs: int = 1  # passes over each batch; after the first, ratios differ from 1 and clipping bites
+    epochs: int = 1  # passes over each batch; after the first step, ratios differ from 1 and clipping bites
+    minibatches: int = 1  # optimizer steps per epoch, each on its own share of the batch (PPO's minibatches)
+    target_kl: float | None = None  # stop the update's steps once the KL measured after a step passes 1.5x this
+    entropy_coef: float = 0.0  # weight of an entropy bonus (per choice or per generated token) in the loss
     micro_batch_tokens: int = 8192  # padded tokens per forward/backward (gradient accumulation fits memory)
     max_grad_norm: float = 1.0  # gradient clipping
     advantage: str = "broadcast"  # "broadcast" or "mosaic"
@@ -58,6 +61,16 @@ class PGConfig:
     def __post_init__(self):
         if self.advantage not in ("broadcast", "mosaic"):
             raise ValueError(f"advantage={self.advantage!r}: use 'broadcast' or 'mosaic'")
+        _check_count("epochs", self.epochs, 1, "give the passes over each batch, an integer >= 1")
+        _check_count("minibatches", self.minibatches, 1, "give the optimizer steps per epoch, an integer >= 1")
+        for name in ("clip_eps", "max_grad_norm"):
+            _check_positive(name, getattr(self, name))
+        for name in ("lr", "entropy_coef", "kl_coef", "weight_decay"):
+            value = getattr(self, name)
+            if not _is_number(value) or not value >= 0 or value == float("inf"):
+                raise ValueError(f"{name}={value!r}: give a finite number >= 0")
+        if self.target_kl is not None:
+            _check_positive("target_kl", self.target_kl, "or None for no early stop")
 
 
 
@@ -141,6 +154,16 @@ class TrainConfig:
             self.pg = PGConfig(**self.pg)
         # A copy: a PGConfig shared by two TrainConfigs (or kept by dataclasses.replace) keeps its own advantage.
         self.pg = dataclasses.replace(self.pg, advantage=self.algo)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_positive(name: str, value: Any, more: str = "") -> None:
+    """A ValueError ``name=value: give a finite number > 0`` unless it is one."""
+    if not _is_number(value) or not 0 < value < float("inf"):
+        raise ValueError(f"{name}={value!r}: give a finite number > 0{' ' + more if more else ''}")
 
 
 def _check_count(name: str, value: Any, least: int, hint: str) -> None:

@@ -25,8 +25,9 @@ Example:
     >>> seq = TrainSequence(token_ids=[1, 5, 6, 7], gen_mask=[False, False, True, True],
     ...                     old_logprobs=[0.0, 0.0, -3.4, -3.5], advantage=1.0)
     >>> pg = PolicyGradient(model, PGConfig(lr=1e-3))
-    >>> sorted(pg.update([seq]))[:3]
-    ['approx_kl', 'clip_fraction', 'grad_norm']
+    >>> stats = pg.update([seq])
+    >>> [k for k in ("approx_kl", "kl_after", "entropy", "optimizer_steps") if k in stats]
+    ['approx_kl', 'kl_after', 'entropy', 'optimizer_steps']
 """
 
 from __future__ import annotations
@@ -50,11 +51,14 @@ if TYPE_CHECKING:
 
 
 def sequence_logprobs(model: torch.nn.Module, sequences: Sequence[TrainSequence], device: torch.device,
-                      prefix: SharedPrefix | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                      prefix: SharedPrefix | None = None, with_entropy: bool = False
+                      ) -> tuple[torch.Tensor, torch.Tensor] | tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-token log-probs of a padded batch: ``logp[b, t]`` of token ``t`` given tokens ``< t``.
 
     Returns ``(logp, mask)`` of shape ``(B, L)``; ``mask`` marks generated tokens (position 0 is never one).
     With ``prefix`` (:class:`SharedPrefix`, which every sequence starts with) the pass feeds only what follows it.
+    With ``with_entropy``, a third tensor of the same shape: the entropy (nats) of the next-token distribution
+    that predicted each token.
     """
     length = max(len(s.token_ids) for s in sequences)
     ids = torch.zeros((len(sequences), length), dtype=torch.long)
@@ -71,20 +75,27 @@ def sequence_logprobs(model: torch.nn.Module, sequences: Sequence[TrainSequence]
     keep = mask.any(0).nonzero().squeeze(1) - 1
     logits = _causal_pass(model, ids, attn, keep, prefix).float()
     logp = torch.zeros(ids.shape, device=device)
-    logp[:, keep + 1] = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, keep + 1, None]).squeeze(-1)
-    return logp, mask
+    table = torch.log_softmax(logits, dim=-1)
+    logp[:, keep + 1] = table.gather(-1, ids[:, keep + 1, None]).squeeze(-1)
+    if not with_entropy:
+        return logp, mask
+    entropy = torch.zeros(ids.shape, device=device)
+    entropy[:, keep + 1] = -(table.exp() * table).sum(-1)
+    return logp, mask, entropy
 
 
 def choice_logprobs(model: torch.nn.Module, sequences: Sequence[TrainSequence], device: torch.device,
-                    prefix: SharedPrefix | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                    prefix: SharedPrefix | None = None
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Log-probs of the chosen candidates, ``logp[b, j]`` for choice ``j`` of sequence ``b``.
 
     Two passes: the sequences (causal, with a cache), then every candidate of every choice at once as branches
     of a tree over that cache, by :func:`agents.lm.score_tree`, the scorer :class:`agents.llm.LLMAgent` acts
     with: a candidate token attends to its sequence's first ``prompt_len`` tokens and to its own candidate's
     earlier tokens, at the positions it would have right after that prefix. Gradients flow through both passes.
-    Returns ``(logp, old, mask)`` of shape ``(B, J)``: the current and the sampling-time log-probs, and which
-    ``(b, j)`` hold a choice. ``prefix`` as in :func:`sequence_logprobs`.
+    Returns ``(logp, old, mask, entropy)`` of shape ``(B, J)``: the current and the sampling-time log-probs, which
+    ``(b, j)`` hold a choice, and the entropy (nats) of each choice's candidate policy (0 for a choice of one
+    candidate). ``prefix`` as in :func:`sequence_logprobs`.
     """
     batch = len(sequences)
     count = max(len(s.choices) for s in sequences)
@@ -100,8 +111,9 @@ def choice_logprobs(model: torch.nn.Module, sequences: Sequence[TrainSequence], 
     scored = [(j, b, c) for j, (b, _, c) in enumerate(choices) if len(c.candidates) > 1]
     active = sorted({b for _, b, _ in scored})
     logp = torch.zeros_like(old)
+    entropy = torch.zeros_like(old)
     if not active:
-        return logp, old, mask
+        return logp, old, mask, entropy
     # Rows whose scored part is the same (the tokens up to their last scored choice, and those choices' candidates,
     # temperatures and normalisation: see run_key) get the same candidate scores, so one of them runs for all:
     # each keeps its own chosen index and sampling-time log-prob, and the gradient sums over them through the gather.
@@ -144,10 +156,11 @@ def choice_logprobs(model: torch.nn.Module, sequences: Sequence[TrainSequence], 
     if len(running) < len(active):
         sums = sums[torch.tensor(at_tree, device=sums.device)]
     sizes = [tree_scores.sizes[i] for i in at_tree]
-    chosen = _chosen_logprobs(sums, sizes, [c for _, _, c in scored])
+    chosen, ent = _chosen_logprobs(sums, sizes, [c for _, _, c in scored])
     at = torch.tensor([j for j, _, _ in scored], device=device)
     logp = logp.index_put((rows[at], cols[at]), chosen)
-    return logp, old, mask
+    entropy = entropy.index_put((rows[at], cols[at]), ent)
+    return logp, old, mask, entropy
 
 
 def run_key(sequence: TrainSequence) -> tuple | None:
@@ -260,13 +273,17 @@ def _new_cache() -> DynamicCache:
     return DynamicCache()
 
 
-def _chosen_logprobs(scores: torch.Tensor, sizes: Sequence[int], choices: Sequence[Choice]) -> torch.Tensor:
+def _chosen_logprobs(scores: torch.Tensor, sizes: Sequence[int], choices: Sequence[Choice]
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
     """``log pi(chosen)`` of each choice, from every candidate's summed token log-prob (in choice order), by
-    :func:`agents.lm.candidate_log_policy`, the policy the agent sampled from (float64; float32 for the loss)."""
+    :func:`agents.lm.candidate_log_policy`, the policy the agent sampled from (float64; float32 for the loss);
+    and the entropy of each choice's policy, ``-sum_c pi_c log pi_c`` (differentiable, for an entropy bonus)."""
     table = candidate_log_policy(scores, sizes, [len(c.candidates) for c in choices],
                                  [c.length_normalize for c in choices], [c.temperature for c in choices])
     picked = torch.tensor([c.index for c in choices], device=scores.device)[:, None]
-    return table.gather(1, picked).squeeze(1).float()
+    finite = torch.isfinite(table)
+    entropy = -(torch.where(finite, table.exp() * table, 0.0)).sum(1)
+    return table.gather(1, picked).squeeze(1).float(), entropy.float()
 
 
 def _branches(choice: Choice, row: int, length: int, column: dict[int, int]) -> list[Branch]:
@@ -347,77 +364,197 @@ class PolicyGradient:
 
     # --- the update -------------------------------------------------------------------------------
     def update(self, sequences: Sequence[TrainSequence]) -> dict[str, float]:
-        """One optimisation step (``epochs`` passes) on a batch of session sequences; returns metrics."""
+        """PPO on a batch of session sequences: ``epochs`` passes, each in ``minibatches`` optimizer steps.
+
+        Each minibatch's loss is its units' token-mean (with one minibatch: the whole batch's, eq. (13)). From the
+        second step on, the pass that computes a minibatch's loss also measures the KL between the policy that
+        sampled the batch and the current one (after the steps taken so far); with ``target_kl`` set, the update
+        stops before a step when that KL passes ``1.5 * target_kl`` (SB3's rule). After the last step, one pass
+        without gradient over every sequence measures what the update did (:meth:`measure`): the metrics
+        ``kl_after``, ``clip_fraction_after``, ``entropy`` and the mean change of the chosen units' log-probs for
+        positive, negative and zero advantages (``dlogp_pos``, ``dlogp_neg``, ``dlogp_zero``).
+        """
         c = self.config
         sequences = [s for s in sequences if s.num_units > 0]
         if not sequences:
             return {"loss": 0.0, "clip_fraction": 0.0, "approx_kl": 0.0, "grad_norm": 0.0, "tokens": 0,
-                    "sequences_run": 0}
+                    "sequences_run": 0, "optimizer_steps": 0}
         # Choice sequences and token sequences never share a micro-batch (their units differ).
         sequences = [s for s in sequences if s.choices] + [s for s in sequences if not s.choices]
-        total = float(sum(s.num_units * s.weight for s in sequences))
         self.model.train()
-        stats: dict[str, float] = {"approx_kl": 0.0}
         ref_prefix = None
         if self.ref_model is not None:
             with torch.no_grad():
                 ref_prefix = SharedPrefix.of(self.ref_model, sequences, self.device)
+        stats: dict[str, float] = {"loss": 0.0, "clip_fraction": 0.0, "grad_norm": 0.0, "kl_ref": 0.0}
+        kls: list[float] = []
+        steps = 0
+        stopped = False
+        ran: set[int] = set()
         for epoch in range(c.epochs):
-            self.optimizer.zero_grad(set_to_none=True)
-            loss_sum = clipped = kl_sum = 0.0
-            # A sequence of advantage 0 adds nothing to the loss or its gradient (unless a KL term is on), and in
-            # the first epoch its ratios are 1 (the weights it was sampled with), so it adds to no statistic but
-            # by float rounding: it is not run. (In the demo, most sessions of most iterations: groups that all
-            # succeeded or all failed, with no session's contribution telling them apart.)
-            running = [s for s in sequences if s.advantage != 0 or c.kl_coef > 0 or epoch > 0]
-            prefix = SharedPrefix.of(self.model, running, self.device)
-            for batch in _homogeneous(micro_batches(running, c.micro_batch_tokens)):
-                logp, old, mask = _unit_logprobs(self.model, batch, self.device, prefix)
-                adv_t = torch.tensor([s.advantage for s in batch], device=self.device)[:, None]
-                w = torch.tensor([s.weight for s in batch], device=self.device)[:, None] * mask
-                ratio = torch.exp(logp - old)
-                surrogate = torch.minimum(ratio * adv_t, torch.clamp(ratio, 1 - c.clip_eps, 1 + c.clip_eps) * adv_t)
-                loss = -(surrogate * w).sum() / total
-                if self.ref_model is not None:
-                    with torch.no_grad():
-                        ref = _unit_logprobs(self.ref_model, batch, self.device, ref_prefix)[0]
-                    k3 = torch.exp(ref - logp) - (ref - logp) - 1
-                    loss = loss + c.kl_coef * (k3 * w).sum() / total
-                    kl_sum += float((k3.detach() * w).sum())
-                if loss.requires_grad:  # (not when every choice of the micro-batch had a single candidate)
-                    loss.backward()
-                loss_sum += float(loss.detach())
-                clipped += float(((torch.abs(ratio - 1) > c.clip_eps) * mask).sum())
-                stats["approx_kl"] += float(((old - logp.detach()) * w).sum()) / total
-            if prefix is not None:
-                prefix.backward()
-            for p in self.model.parameters():  # (a gradient of zeros where no pass ran: AdamW's step is the same)
-                if p.requires_grad and p.grad is None:
-                    p.grad = torch.zeros_like(p)
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.max_grad_norm)
-            self.optimizer.step()
-            stats.update(loss=loss_sum, clip_fraction=clipped / total, grad_norm=float(grad_norm),
-                         kl_ref=kl_sum / total)
-        stats["approx_kl"] /= c.epochs
-        stats["tokens"] = total
-        stats["sequences_run"] = len(running)  # (in the last epoch; after the first, those of advantage 0 run too)
+            for part in minibatch_split(sequences, c.minibatches, seed=epoch):
+                total = float(sum(s.num_units * s.weight for s in part))
+                # A sequence of advantage 0 adds nothing to the loss or its gradient (unless a KL or entropy term
+                # is on): it is not run. (In the demo, most sessions of most iterations: groups that all succeeded
+                # or all failed, with no session's contribution telling them apart.) It still counts in the
+                # token-mean, as it did when every sequence ran.
+                running = [s for s in part if s.advantage != 0 or c.kl_coef > 0 or c.entropy_coef > 0]
+                step = self._step(running, total, ref_prefix, measure_kl=steps > 0 and bool(running))
+                if steps > 0 and running:
+                    kls.append(step["approx_kl"])
+                    if c.target_kl is not None and step["approx_kl"] > 1.5 * c.target_kl:
+                        stopped = True  # (its gradient is dropped: the step is not taken)
+                        self.optimizer.zero_grad(set_to_none=True)
+                        break
+                self.optimizer.step()
+                steps += 1
+                ran.update(id(s) for s in running)
+                for key in ("loss", "clip_fraction", "grad_norm", "kl_ref"):
+                    stats[key] = step[key]
+            if stopped:
+                break
         self.model.eval()
+        stats.update(self.measure(sequences))
+        stats["approx_kl"] = float(np.mean(kls)) if kls else 0.0  # measured by the passes after the first step
+        stats["kl_per_epoch_max"] = float(max(kls)) if kls else 0.0
+        stats["optimizer_steps"] = steps
+        stats["stopped_by_target_kl"] = float(stopped)
+        stats["tokens"] = float(sum(s.num_units * s.weight for s in sequences))
+        stats["sequences_run"] = len(ran)
         return stats
+
+    def _step(self, running: Sequence[TrainSequence], total: float, ref_prefix: SharedPrefix | None,
+              measure_kl: bool) -> dict[str, float]:
+        """The loss and gradient of one minibatch (``running``, normalised by ``total`` units), clipped; the
+        optimizer step is the caller's. With nothing to run (every sequence of advantage 0) the gradient is zeros:
+        the optimizer still takes its momentum step, as it did when such sequences ran."""
+        c = self.config
+        self.optimizer.zero_grad(set_to_none=True)
+        loss_sum = clipped = kl_sum = approx_kl = 0.0
+        prefix = SharedPrefix.of(self.model, running, self.device)
+        for batch in _homogeneous(micro_batches(running, c.micro_batch_tokens)):
+            logp, old, mask, entropy = _unit_logprobs(self.model, batch, self.device, prefix,
+                                                      with_entropy=c.entropy_coef > 0)
+            adv_t = torch.tensor([s.advantage for s in batch], device=self.device)[:, None]
+            w = torch.tensor([s.weight for s in batch], device=self.device)[:, None] * mask
+            ratio = torch.exp(logp - old)
+            surrogate = torch.minimum(ratio * adv_t, torch.clamp(ratio, 1 - c.clip_eps, 1 + c.clip_eps) * adv_t)
+            loss = -(surrogate * w).sum() / total
+            if c.entropy_coef > 0:
+                loss = loss - c.entropy_coef * (entropy * w).sum() / total
+            if self.ref_model is not None:
+                with torch.no_grad():
+                    ref = _unit_logprobs(self.ref_model, batch, self.device, ref_prefix)[0]
+                k3 = torch.exp(ref - logp) - (ref - logp) - 1
+                loss = loss + c.kl_coef * (k3 * w).sum() / total
+                kl_sum += float((k3.detach() * w).sum())
+            if loss.requires_grad:  # (not when every choice of the micro-batch had a single candidate)
+                loss.backward()
+            loss_sum += float(loss.detach())
+            clipped += float(((torch.abs(ratio - 1) > c.clip_eps) * mask).sum())
+            if measure_kl:
+                approx_kl += float((_k3(logp.detach() - old) * w).sum())
+        if prefix is not None:
+            prefix.backward()
+        for p in self.model.parameters():  # (a gradient of zeros where no pass ran: AdamW's step is the same)
+            if p.requires_grad and p.grad is None:
+                p.grad = torch.zeros_like(p)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.max_grad_norm)
+        units = max(float(sum(s.num_units * s.weight for s in running)), 1e-12)
+        return {"loss": loss_sum, "clip_fraction": clipped / units, "grad_norm": float(grad_norm),
+                "kl_ref": kl_sum / total, "approx_kl": approx_kl / units}
+
+    @torch.no_grad()
+    def measure(self, sequences: Sequence[TrainSequence]) -> dict[str, float]:
+        """What the policy now is against the one that sampled ``sequences``, one pass without gradient.
+
+        ``kl_after``: the k3 estimate of KL(sampling policy || current policy) per unit; ``clip_fraction_after``:
+        the units whose ratio left ``[1 - clip_eps, 1 + clip_eps]``; ``entropy``: nats per choice of several
+        candidates (choose mode) or per generated token; ``dlogp_pos`` / ``dlogp_neg`` / ``dlogp_zero``: the mean
+        change of the chosen units' log-probs where the advantage was positive, negative or zero (None where none
+        was); ``units_measured``. Sequences of one :func:`run_key` run once.
+        """
+        c = self.config
+        sums = {"kl": 0.0, "clip": 0.0, "units": 0.0, "ent": 0.0, "ent_units": 0.0}
+        delta = {"pos": [0.0, 0.0], "neg": [0.0, 0.0], "zero": [0.0, 0.0]}
+        if not sequences:
+            return {}
+        prefix = SharedPrefix.of(self.model, sequences, self.device)
+        for batch in _homogeneous(micro_batches(sequences, c.micro_batch_tokens)):
+            logp, old, mask, entropy = _unit_logprobs(self.model, batch, self.device, prefix, with_entropy=True)
+            w = torch.tensor([s.weight for s in batch], device=self.device)[:, None] * mask
+            diff = logp - old
+            sums["kl"] += float((_k3(diff) * w).sum())
+            sums["clip"] += float(((torch.abs(torch.exp(diff) - 1) > c.clip_eps) * w).sum())
+            sums["units"] += float(w.sum())
+            # Entropy over units that were a choice (several candidates) or a generated token.
+            real = mask if not batch[0].choices else mask & torch.tensor(
+                [[len(ch.candidates) > 1 for ch in s.choices] + [False] * (mask.shape[1] - len(s.choices))
+                 for s in batch], device=self.device)
+            sums["ent"] += float((entropy * real).sum())
+            sums["ent_units"] += float(real.sum())
+            for b, s in enumerate(batch):
+                kind = "pos" if s.advantage > 0 else "neg" if s.advantage < 0 else "zero"
+                units = real[b]
+                delta[kind][0] += float(diff[b][units].sum())
+                delta[kind][1] += float(units.sum())
+        units = max(sums["units"], 1.0)
+        out: dict[str, float] = {"kl_after": sums["kl"] / units, "clip_fraction_after": sums["clip"] / units,
+                                 "entropy": sums["ent"] / sums["ent_units"] if sums["ent_units"] else 0.0,
+                                 "units_measured": sums["units"]}
+        for kind, (total, n) in delta.items():
+            out[f"dlogp_{kind}"] = total / n if n else None
+        return out
+
+
+def _k3(diff: torch.Tensor) -> torch.Tensor:
+    """The k3 estimate of KL(old || new) per unit from ``diff = logp_new - logp_old``: ``(r - 1) - log r``,
+    ``r = exp(diff)``; non-negative, unbiased under the old policy's samples (Schulman's approximation)."""
+    return torch.expm1(diff) - diff
+
+
+def minibatch_split(sequences: Sequence[TrainSequence], minibatches: int, seed: int = 0
+                    ) -> list[list[TrainSequence]]:
+    """``sequences`` in ``minibatches`` parts of near-equal size, in an order shuffled by ``seed`` (one part: all,
+    in order). Sequences of one :func:`run_key` stay in one part (they share a pass).
+
+    >>> seqs = [TrainSequence([1, k], [False, True], [0.0, 0.0]) for k in range(5)]
+    >>> [len(p) for p in minibatch_split(seqs, 2, seed=0)]
+    [3, 2]
+    """
+    if minibatches <= 1:
+        return [list(sequences)]
+    runs: dict[object, list[TrainSequence]] = {}
+    for s in sequences:
+        key = run_key(s)
+        runs.setdefault(id(s) if key is None else key, []).append(s)
+    order = np.random.default_rng(seed).permutation(len(runs))
+    members = list(runs.values())
+    parts: list[list[TrainSequence]] = [[] for _ in range(min(minibatches, len(members)))]
+    for n, i in enumerate(order):
+        parts[n % len(parts)] += members[i]
+    return [p for p in parts if p]
 
 
 def _unit_logprobs(model: torch.nn.Module, batch: Sequence[TrainSequence], device: torch.device,
-                   prefix: SharedPrefix | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(logp, old, mask)`` of the batch's loss units (choices or generated tokens), zero outside ``mask``.
+                   prefix: SharedPrefix | None = None, with_entropy: bool = False
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(logp, old, mask, entropy)`` of the batch's loss units (choices or generated tokens), zero outside
+    ``mask``; ``entropy`` is zeros unless ``with_entropy`` (choices: always computed, it costs nothing).
 
     Outside the loss (prompts, padding) log-probs are zeroed before any exp: there they could overflow, and
     inf * 0 would turn a masked sum into nan.
     """
     if batch[0].choices:
-        logp, old, mask = choice_logprobs(model, batch, device, prefix)
+        logp, old, mask, entropy = choice_logprobs(model, batch, device, prefix)
+    elif with_entropy:
+        logp, mask, entropy = sequence_logprobs(model, batch, device, prefix, with_entropy=True)
+        old = _padded([s.old_logprobs for s in batch], logp.shape, device)
     else:
         logp, mask = sequence_logprobs(model, batch, device, prefix)
+        entropy = torch.zeros_like(logp)
         old = _padded([s.old_logprobs for s in batch], logp.shape, device)
-    return torch.where(mask, logp, 0.0), torch.where(mask, old, 0.0), mask
+    return (torch.where(mask, logp, 0.0), torch.where(mask, old, 0.0), mask, torch.where(mask, entropy, 0.0))
 
 
 def _homogeneous(batches: Iterable[list[TrainSequence]]) -> Iterable[list[TrainSequence]]:

@@ -103,8 +103,9 @@ def test_only_positions_that_predict_generated_tokens_receive_gradient(model, to
     captured: list[torch.Tensor] = []
 
     def keep(module, inputs, out):
-        out.retain_grad()
-        captured.append(out)
+        if out.requires_grad:  # (the update's last pass, which measures what it did, runs without gradient)
+            out.retain_grad()
+            captured.append(out)
 
     pg.model.model.norm.register_forward_hook(keep)
     pg.update(batch)
@@ -220,8 +221,9 @@ def test_second_epoch_gives_no_gradient_to_tokens_whose_ratio_left_the_clip_rang
     captured: list[torch.Tensor] = []
 
     def keep(module, inputs, out):
-        out.retain_grad()
-        captured.append(out)
+        if out.requires_grad:  # (the update's last pass, which measures what it did, runs without gradient)
+            out.retain_grad()
+            captured.append(out)
 
     two.model.model.norm.register_forward_hook(keep)
     stats = two.update([seq])
@@ -420,7 +422,7 @@ def test_choice_logprobs_match_the_softmax_the_agent_sampled_from(choose_rollout
     steps = [s for t in runs for ss in t.steps.values() for s in ss]
     assert sum(len(s.choices) for s in seqs) == len(steps) > 3
     with torch.no_grad():
-        logp, old, mask = algos.pg.choice_logprobs(model, seqs, CPU)
+        logp, old, mask, _ = algos.pg.choice_logprobs(model, seqs, CPU)
     recorded = torch.tensor([float(torch.log(s.choice_probs[s.choice])) for s in steps])
     np.testing.assert_allclose(logp[mask].numpy(), old[mask].numpy(), atol=2e-4)
     # Row by row the choices come in step order, and they are log softmax(score / 0.5) of the agent's own probs.
@@ -434,7 +436,7 @@ def test_choice_gradient_equals_the_gradient_of_the_candidate_log_softmax_by_sep
     _, seqs = _choose_rollouts(env_tokenizer, model, temperature=0.7, n=2)
     seq = next(s for s in seqs if len(s.choices) >= 2)
     model.zero_grad()
-    logp, _, mask = algos.pg.choice_logprobs(model, [seq], CPU)
+    logp, _, mask, _ = algos.pg.choice_logprobs(model, [seq], CPU)
     logp[mask].sum().backward()
     tree = _grads(model)
     model.zero_grad()
@@ -597,7 +599,7 @@ def test_single_candidate_choices_and_the_tokens_after_the_last_real_choice_chan
     grads, logps = [], []
     for batch in ([seq], [longer], [longer, only_forced]):
         model.zero_grad()
-        logp, old, mask = algos.pg.choice_logprobs(model, batch, CPU)
+        logp, old, mask, _ = algos.pg.choice_logprobs(model, batch, CPU)
         weights = 1 + torch.arange(logp.shape[1]) / 10  # (choice j of a row weighs 1 + j / 10)
         (logp * weights)[mask].sum().backward()
         grads.append(_grads(model))
@@ -611,7 +613,7 @@ def test_single_candidate_choices_and_the_tokens_after_the_last_real_choice_chan
     # A micro-batch of single-candidate choices only runs no pass at all, and its loss is still counted.
     calls = []
     handle = model.register_forward_pre_hook(lambda *args: calls.append(1))
-    logp, old, mask = algos.pg.choice_logprobs(model, [only_forced], CPU)
+    logp, old, mask, _ = algos.pg.choice_logprobs(model, [only_forced], CPU)
     handle.remove()
     assert calls == [] and mask.tolist() == [[True]] and logp.tolist() == [[0.0]]
     stats = PolicyGradient(copy.deepcopy(model), PGConfig(lr=1e-3)).update([only_forced])
@@ -644,7 +646,7 @@ def test_repeated_sessions_run_once_and_each_keeps_its_own_choice(choose_rollout
     handle = model.register_forward_pre_hook(lambda m, args, kwargs: rows_run.append(kwargs["input_ids"].shape[0]),
                                              with_kwargs=True)
     model.zero_grad()
-    logp, old, mask = algos.pg.choice_logprobs(model, batch, CPU)
+    logp, old, mask, _ = algos.pg.choice_logprobs(model, batch, CPU)
     handle.remove()
     assert rows_run[0] == 3  # the causal pass: seq (for itself and again), other, swapped
     weights = torch.arange(1, 1 + logp.numel(), dtype=torch.float32).view(logp.shape) / 7  # every unit its own
@@ -653,7 +655,7 @@ def test_repeated_sessions_run_once_and_each_keeps_its_own_choice(choose_rollout
     # Each row alone: the same log-probs, old log-probs and, summed, the same gradient.
     model.zero_grad()
     for b, s in enumerate(batch):
-        alone, alone_old, alone_mask = algos.pg.choice_logprobs(model, [s], CPU)
+        alone, alone_old, alone_mask, _ = algos.pg.choice_logprobs(model, [s], CPU)
         n = alone.shape[1]
         torch.testing.assert_close(logp[b, :n].detach(), alone[0].detach(), atol=1e-5, rtol=1e-4)
         assert torch.equal(old[b, :n], alone_old[0]) and torch.equal(mask[b, :n], alone_mask[0])
