@@ -4,15 +4,25 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from .common import HelpFormatter
 
+if TYPE_CHECKING:
+    from mosaic_gym.viewer import Problems
+
 DESCRIPTION = """\
-Show the trajectory logs (*.traj.jsonl.gz) under RUN_DIR: the list of trajectories, filterable by task,
-success, number of sessions and iteration; for one trajectory its session tree (compactions as a chain,
-forks as branches), each session's steps (actions, errors, tool results) with the summary or fork task it
-started from and its handoff, and each session's credit (broadcast and Mosaic advantages, contribution D);
-the run's curves (metrics.jsonl) and Pass@(K,T) heatmaps (passkt.json) where the folder has them.
+Show the trajectory logs (*.traj.jsonl.gz) under RUN_DIR. The page opens on the run's summary: its curves
+(metrics.jsonl: training success, sessions, steps, and KL, entropy, clip fraction, unequal groups and probe_*
+metrics when logged; held-out success before and after RL from summary.json), the groups where Mosaic's credit
+differs most from broadcast's, and Pass@(K,T) heatmaps (passkt.json). A group shows its trajectories side by
+side, each session coloured by its advantage (Mosaic's and broadcast's, with its contribution D). The list of
+trajectories filters by task, success, sessions, iteration, group and "credit differs"; one trajectory shows
+its session tree (compactions as a chain, forks as branches) with each session's credit, and each session's
+steps (actions, errors, tool results) with the summary or fork task it started from and its handoff.
+
+Lines of a log that cannot be shown (too long, not JSON, nested too deep, an unknown format_version, fields
+missing, session ids not 0..n-1) are skipped, each named as file:line on stderr and on the page.
 
 Logs come from `mosaic rollout --out DIR`, `mosaic eval --out DIR` and `mosaic train` (OUT/trajectories/).
 """
@@ -33,7 +43,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, default=8000, help="port on 127.0.0.1 (0: any free port)")
     p.add_argument("--html", metavar="OUT", default=None, help="write one static HTML file instead of serving")
     p.add_argument("--screenshot", metavar="PNG", default=None,
-                   help="write a PNG of the page, the trajectory with the most sessions opened, instead of serving")
+                   help="write a PNG of the page instead of serving, the group whose credits differ most opened "
+                        "(without credit: the trajectory with the most sessions)")
     p.set_defaults(run=run)
 
 
@@ -47,12 +58,16 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         if args.html:
-            print(f"wrote {viewer.write_html(args.run_dir, args.html)}")
+            problems = viewer.Problems()
+            out = viewer.write_html(args.run_dir, args.html, problems)
+            _report(problems)
+            print(f"wrote {out}")
             return 0
         if args.screenshot:
             print(f"wrote {viewer.screenshot(args.run_dir, args.screenshot)}")
             return 0
         server = viewer.ViewerServer(args.run_dir, args.port)
+        _report(server.problems)
     except (FileNotFoundError, LogError, ValueError) as err:
         print(f"mosaic view: {err}", file=sys.stderr)
         return 2
@@ -67,3 +82,9 @@ def run(args: argparse.Namespace) -> int:
     finally:
         server.server_close()
     return 0
+
+
+def _report(problems: Problems) -> None:
+    """Each line the page could not show, one line each on stderr."""
+    for line in problems.report():
+        print(f"mosaic view: {line}", file=sys.stderr)
