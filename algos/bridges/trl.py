@@ -195,7 +195,7 @@ class MosaicGRPOTrainer(GRPOTrainer):
         model.eval()
         try:
             trajectories = self.collector.run(agent, requests, record_snapshots=mosaic_rollout)
-            self.last_groups = [self._score(agent, [t for t in trajectories if t.group == g])
+            self.last_groups = [self.score_group([t for t in trajectories if t.group == g])
                                 for g in range(len(groups))]
         finally:
             model.train(training)
@@ -211,9 +211,12 @@ class MosaicGRPOTrainer(GRPOTrainer):
         self.last_batch = batch
         return batch
 
-    def _score(self, agent: LLMAgent, group: list[Trajectory]) -> SessionGroup:
-        """One group's contributions (Mosaic) and one advantage per session, keyed ``(i, sid)``."""
+    def score_group(self, group: list[Trajectory]) -> SessionGroup:
+        """One group's contributions (Mosaic, by the agent over the current weights) and one advantage per session,
+        keyed ``(i, sid)``: every session of the tree, as :meth:`algos.pg.PolicyGradient.session_advantages` keys
+        them (a session that never acted counts in ``K_i`` but has no row)."""
         c = self.credit
+        agent = self.agent()
         d = None
         if c.credit == "mosaic" and c.estimator == "likelihood":
             answer = self.env.unwrapped.task(group[0].task_id).answer
