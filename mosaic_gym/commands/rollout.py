@@ -44,10 +44,32 @@ def run(args: argparse.Namespace) -> int:
         env.close()
         print(f"mosaic rollout: {err}", file=sys.stderr)
         return 2
+    from agents.server import ServerError
     from algos import logs
 
     log = logs.TrajectoryLog(f"{args.out}/rollout{logs.SUFFIX}") if args.out else None
     stepper = PoolEnv(make_pool(args, 1, **({"candidates": True} if args.mode == "choose" else {}))) if args.ray else env  # with --ray the env steps on a Ray worker
+    try:
+        wins = _episodes(args, agent, stepper, log)
+    except ServerError as err:  # an inference server that stopped answering, or answered nonsense
+        print(f"mosaic rollout: {err}", file=sys.stderr)
+        return 2
+    finally:
+        env.close()
+        if log is not None:
+            log.close()
+        if stepper is not env:
+            stepper.close()
+    print(f"\nsolved {wins} of {args.episodes}")
+    if log is not None:
+        print(f"logged {log.count} trajectories to {log.path} (mosaic view {args.out})")
+    return 0
+
+
+def _episodes(args: argparse.Namespace, agent, stepper, log) -> int:
+    """Run and print ``args.episodes`` episodes; how many were solved."""
+    from algos import logs
+
     wins = 0
     for episode in range(args.episodes):
         obs, info = stepper.reset(seed=args.seed + episode)
@@ -80,11 +102,4 @@ def run(args: argparse.Namespace) -> int:
             log.write(logs.trajectory_record(trajectory, steps, question=question, reward=reward, source="rollout",
                                              meta={"episode": episode, "seed": args.seed + episode,
                                                    "agent": args.agent}))
-    print(f"\nsolved {wins} of {args.episodes}")
-    env.close()
-    if log is not None:
-        log.close()
-        print(f"logged {log.count} trajectories to {log.path} (mosaic view {args.out})")
-    if stepper is not env:
-        stepper.close()
-    return 0
+    return wins
