@@ -21,7 +21,7 @@ import pytest
 import torch
 
 import algos.train
-from algos.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from algos.checkpoint import CheckpointError, load_checkpoint, payload_digest, save_checkpoint
 from mosaic_gym.cli import build_parser, main
 from mosaic_gym.commands.train import config_from_args, resume_config
 from algos.config import ConfigError, read_config, write_config
@@ -323,7 +323,8 @@ def _without(run: Path, key: str) -> bytes:
 
 def _other_model(run: Path) -> bytes:
     payload = torch.load(run / "checkpoint.pt", weights_only=True)
-    payload["model"] = torch.nn.Linear(3, 2).state_dict()
+    payload["model"] = payload["extra"]["ref_model"] = torch.nn.Linear(3, 2).state_dict()
+    payload["sha256"] = payload_digest(payload)  # (a checkpoint of another model, not a damaged one)
     return _torch_bytes(payload)
 
 

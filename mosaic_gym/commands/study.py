@@ -57,6 +57,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from algos.checkpoint import CheckpointError
+    from algos.config import ConfigError
     from algos.logs import LogError
     from algos.study import markdown, run_claim, summarize
 
@@ -66,7 +68,8 @@ def _run(args: argparse.Namespace) -> int:
         else:
             results = run_claim(args.claim, args.out, args.seeds, quick=args.quick, iterations=args.iterations,
                                 jobs=args.jobs, log_groups=args.log_groups)
-    except LogError as err:  # a run's trajectory log that cannot be read, or holds what no run writes
+    except (LogError, CheckpointError, ConfigError) as err:  # a run's log, checkpoint or config.json that is
+        # damaged, or holds what no run writes: each says which file
         raise SystemExit(f"mosaic study: {err}") from None
     print(markdown(results))
     print(f"results: {args.out}/{args.claim}/results.json, results.md, curves.png")
