@@ -321,3 +321,43 @@ def test_an_alias_beside_its_own_name_is_refused(tmp_path, file, record, fragmen
         (tmp_path / name).write_text(json.dumps(line) + "\n" + (json.dumps(record) + "\n" if name == file else ""))
     with pytest.raises(CorpusError, match=f"{file} line 2: {re.escape(fragment)}"):
         load_corpus(tmp_path)
+
+
+# An id of the wrong type is reported as what it is, under the name the line gave it (docid, query_id, id).
+WRONG_IDS = [
+    (1.5, "float 1.5"),
+    ([1], "list [1]"),
+    (True, "bool True"),
+    (False, "bool False"),
+    ({}, "dict {}"),
+    ({"id": 1}, "dict {'id': 1}"),
+    (None, "null"),
+    ("", "an empty string"),
+    (1e20, "float 1e+20"),
+]
+
+
+@pytest.mark.parametrize("file, key", [("documents.jsonl", "docid"), ("documents.jsonl", "id"),
+                                       ("tasks.jsonl", "query_id"), ("tasks.jsonl", "id")])
+@pytest.mark.parametrize("value, shown_as", WRONG_IDS, ids=[shown for _, shown in WRONG_IDS])
+def test_an_id_of_the_wrong_type_is_named_with_its_type(tmp_path, file, key, value, shown_as):
+    good = {"documents.jsonl": {"id": "d1", "title": "T", "text": "x"},
+            "tasks.jsonl": {"id": "t1", "question": "?", "answer": "a"}}
+    bad = {**{k: v for k, v in good[file].items() if k != "id"}, key: value}
+    for name, line in good.items():
+        (tmp_path / name).write_text(json.dumps(line) + "\n\n" + (json.dumps(bad) + "\n" if name == file else ""))
+    with pytest.raises(CorpusError) as err:
+        load_corpus(tmp_path)
+    assert str(err.value).startswith(f'{file} line 3: "{key}" must be a string or integer, got {shown_as}; ')
+    assert "missing" not in str(err.value)
+
+
+@pytest.mark.parametrize("file", ["documents.jsonl", "tasks.jsonl"])
+def test_a_line_without_an_id_says_it_is_missing(tmp_path, file):
+    good = {"documents.jsonl": {"id": "d1", "title": "T", "text": "x"},
+            "tasks.jsonl": {"id": "t1", "question": "?", "answer": "a"}}
+    for name, line in good.items():
+        without = {k: v for k, v in line.items() if k != "id"}
+        (tmp_path / name).write_text(json.dumps(line) + "\n" + (json.dumps(without) + "\n" if name == file else ""))
+    with pytest.raises(CorpusError, match=f'{file} line 2: missing "id" \\(a string or an integer\\)'):
+        load_corpus(tmp_path)

@@ -314,9 +314,10 @@ def _jsonl_site(file: Path) -> CorpusSite:
     ids: set[str] = set()
     for line_no, record in _records(file, _DOCUMENT_EXAMPLE):
         where = f"{file.name} line {line_no}"
+        spelled = _spelling(record, DOCUMENT_KEY_ALIASES, "id")
         record = _canonical(record, DOCUMENT_KEY_ALIASES, where)
         _check_keys(record, _DOCUMENT_KEYS, where, _DOCUMENT_EXAMPLE)
-        doc_id = _id(record, where, _DOCUMENT_EXAMPLE)
+        doc_id = _id(record, where, _DOCUMENT_EXAMPLE, spelled)
         if doc_id in ids:
             raise CorpusError(f"{where}: the id {shown(doc_id)} is used twice; every document needs its own id")
         ids.add(doc_id)
@@ -384,11 +385,12 @@ def _load_tasks(file: Path) -> tuple[Task, ...]:
     ids: set[str] = set()
     for line_no, record in _records(file, TASK_EXAMPLE):
         where = f"{file.name} line {line_no}"
+        spelled = _spelling(record, TASK_KEY_ALIASES, "id")
         record = _canonical(record, TASK_KEY_ALIASES, where)
         for key in TASK_KEYS_IGNORED:
             record.pop(key, None)
         _check_keys(record, _TASK_KEYS, where, TASK_EXAMPLE)
-        task_id = _id(record, where, TASK_EXAMPLE)
+        task_id = _id(record, where, TASK_EXAMPLE, spelled)
         if task_id in ids:
             raise CorpusError(f"{where}: the id {shown(task_id)} is used twice; every task needs its own id")
         ids.add(task_id)
@@ -533,13 +535,22 @@ def _check_keys(record: dict[str, Any], known: tuple[str, ...], where: str, exam
         )
 
 
-def _id(record: dict[str, Any], where: str, example: str) -> str:
-    value = record.get("id")
+def _id(record: dict[str, Any], where: str, example: str, spelled: str = "id") -> str:
+    """The record's id as a string; ``spelled`` is the key the line gave it under (``docid``, ``query_id``)."""
+    if "id" not in record:
+        raise CorpusError(f'{where}: missing "id" (a string or an integer); a valid line: {example}')
+    value = record["id"]
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
-    if not isinstance(value, str) or not value:
-        raise CorpusError(f'{where}: missing "id" (a string or a number); a valid line: {example}')
-    return value
+    if isinstance(value, str) and value:
+        return value
+    got = "an empty string" if value == "" else "null" if value is None else f"{type(value).__name__} {shown(value)}"
+    raise CorpusError(f'{where}: "{spelled}" must be a string or integer, got {got}; a valid line: {example}')
+
+
+def _spelling(record: dict[str, Any], aliases: dict[str, str], key: str) -> str:
+    """How a record spells ``key``: the alias it uses for it, else ``key`` itself."""
+    return next((alias for alias, ours in aliases.items() if ours == key and alias in record), key)
 
 
 _NO_DEFAULT = object()
