@@ -1,11 +1,11 @@
 """The README's screenshot of ``mosaic view`` (docs/viewer.png), reproducible: a small run folder, then a PNG.
 
 The folder holds an oracle rollout that compacts and forks (``mosaic rollout --out``), an oracle evaluation with
-errors (``mosaic eval --out``: the Pass@(K,T) heatmap) and, unless ``--no-train``, a tiny Mosaic training run
-(``mosaic train``: curves, and sessions with their credit). The page is shot in headless Chromium with the
-trajectory with the most sessions opened.
+errors (``mosaic eval --out``: the Pass@(K,T) heatmap) and, unless ``--no-train``, a short run of the CPU demo
+(``mosaic train`` with 8 RL iterations: curves, held-out success, and sessions with their credit). The page is
+shot in headless Chromium with the group whose credits differ most opened (``mosaic view --screenshot``).
 
-    python scripts/viewer_screenshot.py --out runs/viewer-demo --png docs/viewer.png   # about 3 minutes on 2 cores
+    python scripts/viewer_screenshot.py --out runs/viewer-demo --png docs/viewer.png   # about 4 minutes on 2 cores
 """
 
 from __future__ import annotations
@@ -26,16 +26,15 @@ def build(out: Path, train: bool) -> None:
              "--ts", "4,8,16,32", "--n", "4", "--tasks", "8", "--out", str(out / "eval"), "--no-progress"]) != 0:
         raise SystemExit("the evaluation failed")
     if train:
-        main(["train", "--site-size", "150", "--bc-episodes", "8", "--bc-epochs", "1", "--iterations", "4",
-              "--tasks-per-iter", "2", "--group-size", "4", "--eval-episodes", "1", "--num-envs", "8",
-              "--out", str(out / "train")])
+        if main(["train", "--iterations", "8", "--no-progress", "--out", str(out / "train")]) != 0:
+            raise SystemExit("the training run failed")
 
 
 def cli() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="runs/viewer-demo", help="the run folder to build (kept where it is)")
     p.add_argument("--png", default="docs/viewer.png", help="the screenshot")
-    p.add_argument("--no-train", action="store_true", help="skip the tiny training run (no curves, no credit)")
+    p.add_argument("--no-train", action="store_true", help="skip the short training run (no curves, no credit)")
     p.add_argument("--reuse", action="store_true", help="shoot the folder as it is; build nothing")
     args = p.parse_args()
     out = Path(args.out)
