@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import doctest
 import json
 import os
@@ -17,6 +18,7 @@ from envs.web.corpus import (
     CorpusError,
     CorpusPage,
     CorpusSite,
+    CorpusWarning,
     default_split,
     load_corpus,
     page_file,
@@ -361,3 +363,41 @@ def test_a_line_without_an_id_says_it_is_missing(tmp_path, file):
         (tmp_path / name).write_text(json.dumps(line) + "\n" + (json.dumps(without) + "\n" if name == file else ""))
     with pytest.raises(CorpusError, match=f'{file} line 2: missing "id" \\(a string or an integer\\)'):
         load_corpus(tmp_path)
+
+
+# A page file that links elsewhere is a page only when the file it links to is an HTML page of the site.
+PAGE_LINKS = [  # (the link's target, relative to the site folder's parent; is it a page?)
+    ("site/tasks.jsonl", False),
+    ("site/.hidden/answers.html", False),
+    ("site/notes.txt", False),
+    ("outside.html", False),  # left out without a warning, as every link leading outside is
+    ("site/wiki/Vell.html", True),
+]
+
+
+@pytest.mark.parametrize("target, is_page", PAGE_LINKS, ids=[t for t, _ in PAGE_LINKS])
+@pytest.mark.parametrize("when", ["before-load", "after-load"])
+def test_a_page_is_read_only_from_an_html_file_inside_the_site(tmp_path, target, is_page, when):
+    warned = when == "before-load" and not is_page and target.startswith("site/")
+    root = tmp_path / "site"
+    shutil.copytree(HTML, root)
+    (root / "tasks.jsonl").write_text('{"id": "t1", "question": "Q?", "answer": "Secret Answer"}\n')
+    (root / ".hidden").mkdir()
+    for file in ("site/.hidden/answers.html", "site/notes.txt", "outside.html"):
+        (tmp_path / file).write_text("<title>Secret Answer</title>")
+    link = root / "tlink.html"
+    if when == "before-load":
+        link.symlink_to(tmp_path / target)
+    else:  # a real page when the corpus loads, swapped for the link afterwards
+        link.write_text("<title>Fine</title>")
+    with pytest.warns(CorpusWarning, match="tlink.html") if warned else contextlib.nullcontext():
+        site = load_corpus(root)
+    if when == "after-load":
+        link.unlink()
+        link.symlink_to(tmp_path / target)
+    for path in ("/tlink", "/tlink.html"):
+        html = site.render(path)
+        assert (html is not None) == is_page and "Secret Answer" not in (html or ""), path
+    if when == "before-load":
+        assert ("/tlink" in {d.path for d in site.documents()}) == is_page
+    assert not any("Secret Answer" in d.text or "Secret Answer" in d.title for d in site.documents())

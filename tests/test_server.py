@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import doctest
 import http.client
 import os
@@ -179,5 +180,60 @@ def test_what_a_page_needs_is_served(tmp_path, name):
     try:
         status, _, body = get(running, "/" + name)
         assert status == 200 and body == "asset"
+    finally:
+        running.shutdown()
+
+
+# A page by its name that is another file by what it links to: served by the file it really is.
+LINKED_PAGES = [  # (the link's target, relative to the site folder's parent; is it a page?)
+    ("site/tasks.jsonl", False),
+    ("site/.hidden/answers.html", False),
+    ("site/notes.txt", False),
+    ("secret.html", False),  # outside the site
+    ("site/wiki/Vell.html", True),  # another page of the site: fine
+]
+
+
+@pytest.mark.parametrize("target, is_page", LINKED_PAGES, ids=[t for t, _ in LINKED_PAGES])
+@pytest.mark.parametrize("when", ["before-start", "after-start"])
+def test_a_page_linking_to_a_file_that_is_no_page_is_not_served(tmp_path, target, is_page, when):
+    root = tmp_path / "site"
+    shutil.copytree(FIXTURE, root)
+    (root / "tasks.jsonl").write_text(f'{{"id": "t1", "question": "Q?", "answer": "{SECRET}"}}\n')
+    (root / ".hidden").mkdir()
+    for file in ("site/.hidden/answers.html", "site/notes.txt", "secret.html"):
+        (tmp_path / file).write_text(f"<title>{SECRET}</title>")
+    link = root / "wiki" / "tlink.html"
+    if when == "before-start":
+        link.symlink_to(tmp_path / target)
+    else:  # a real page when the server starts, swapped for the link while it runs
+        link.write_text("<title>Fine</title>")
+    warned = when == "before-start" and not is_page and target.startswith("site/")  # outside: left out silently
+    with pytest.warns(UserWarning, match="tlink.html") if warned else contextlib.nullcontext():
+        running = serve(root)
+    try:
+        if when == "after-start":
+            link.unlink()
+            link.symlink_to(tmp_path / target)
+        for path in ("/wiki/tlink", "/wiki/tlink.html"):
+            status, _, body = get(running, path)
+            assert (status == 200) == is_page and SECRET not in body, path
+        assert get(running, "/wiki/Vell")[0] == 200
+    finally:
+        running.shutdown()
+
+
+def test_an_asset_swapped_for_a_link_to_the_answers_is_not_served(tmp_path):
+    root = tmp_path / "site"
+    shutil.copytree(FIXTURE, root)
+    (root / "tasks.jsonl").write_text(f'{{"id": "t1", "question": "Q?", "answer": "{SECRET}"}}\n')
+    (root / "style.css").write_text("body { color: black }")
+    running = serve(root)
+    try:
+        assert get(running, "/style.css")[0] == 200
+        (root / "style.css").unlink()
+        (root / "style.css").symlink_to(root / "tasks.jsonl")
+        status, _, body = get(running, "/style.css")
+        assert status == 404 and SECRET not in body
     finally:
         running.shutdown()

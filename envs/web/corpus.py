@@ -121,10 +121,13 @@ class CorpusSite(Site):
     """
 
     def __init__(self, name: str, pages: Sequence[CorpusPage], tasks: Sequence[Task] = (),
-                 index_folder: Path | None = None, files: Sequence[Path] = ()):
+                 index_folder: Path | None = None, files: Sequence[Path] = (), root: Path | None = None):
         """``index_folder``: where the search index is saved (``None``: in memory only); ``files``: what the
-        pages are read from, whose sizes and times say whether a saved index is still this corpus's."""
+        pages are read from, whose sizes and times say whether a saved index is still this corpus's;
+        ``root``: the folder a page's file must really be in (links resolved, as it is when read) to be
+        read, so that a page swapped for a link to ``tasks.jsonl`` after loading shows nothing."""
         self.name = name
+        self.root = None if root is None else root.resolve()
         self._index_folder, self._files = index_folder, tuple(files)
         self.tasks = tuple(tasks)
         self.pages = tuple(pages)
@@ -141,7 +144,21 @@ class CorpusSite(Site):
 
     def page_html(self, path: str) -> str | None:
         page = self._routes.get(path)
-        return None if page is None else _read(page)
+        return None if page is None else self._read(page)
+
+    def _read(self, page: CorpusPage) -> str | None:
+        """The page's HTML; ``None`` when its file may not be read (see :func:`page_target`) or is gone."""
+        if page.source is None:
+            return text_to_html(page.title, page.text or "")
+        if not isinstance(page.source, Path):
+            return page.source
+        file = page.source if self.root is None else page_target(page.source, self.root)
+        if file is None:
+            return None
+        try:
+            return file.read_text(encoding="utf-8", errors="replace")
+        except OSError:  # removed or made unreadable since the corpus loaded: no such page
+            return None
 
     def index_location(self) -> tuple[Path, str] | None:
         if self._index_folder is None:
@@ -151,7 +168,7 @@ class CorpusSite(Site):
         return self._index_folder, _fingerprint([INDEX_FORMAT, len(self.pages), stats])
 
     def _document(self, page: CorpusPage) -> Document:
-        html = _read(page) if not page.title or page.text is None else ""
+        html = (self._read(page) or "") if not page.title or page.text is None else ""
         name = page.path.rstrip("/").rsplit("/", 1)[-1].replace("_", " ")
         title = page.title or html_title(html) or name or self.name
         return Document(page.path, title, html_text(html) if page.text is None else page.text)
@@ -167,14 +184,6 @@ def _stat(file: Path) -> tuple[int, int]:
 
 def _fingerprint(value: Any) -> str:
     return hashlib.sha256(json.dumps(value).encode("utf-8")).hexdigest()
-
-
-def _read(page: CorpusPage) -> str:
-    if page.source is None:
-        return text_to_html(page.title, page.text or "")
-    if isinstance(page.source, Path):
-        return page.source.read_text(encoding="utf-8", errors="replace")
-    return page.source
 
 
 def load_corpus(path: str | os.PathLike) -> CorpusSite:
@@ -211,7 +220,8 @@ def load_corpus(path: str | os.PathLike) -> CorpusSite:
             f"(one JSON object a line: {_DOCUMENT_EXAMPLE})"
         )
     top = root.resolve()
-    return CorpusSite(top.name, pages, _load_tasks(root / TASKS_FILE), index_folder=top / INDEX_FOLDER / "html")
+    return CorpusSite(top.name, pages, _load_tasks(root / TASKS_FILE), index_folder=top / INDEX_FOLDER / "html",
+                      root=top)
 
 
 # --- folders of HTML ----------------------------------------------------------------------------------
@@ -289,10 +299,37 @@ def page_file(path: str) -> str:
     return inner if inner.endswith(HTML_SUFFIXES) else inner + ".html"
 
 
+def page_target(file: Path, top: Path) -> Path | None:
+    """The file that a page at ``file`` really reads, links resolved, when a page may read it: an HTML file
+    (by its own name, not only the link's) inside the site folder ``top`` and not hidden. ``None`` otherwise:
+    ``page.html`` linking to ``tasks.jsonl`` (the answers), to a hidden file or to anything outside the folder
+    is no page.
+
+    >>> top = Path("tests/fixtures/corpus_html").resolve()
+    >>> page_target(top / "wiki" / "Mira_Esk.html", top) == top / "wiki" / "Mira_Esk.html"
+    True
+    >>> page_target(top / "tasks.jsonl", top) is None
+    True
+    """
+    try:
+        real = file.resolve(strict=True)
+    except (OSError, RuntimeError):  # missing, or a link loop (RuntimeError on Python 3.11)
+        return None
+    if not real.is_relative_to(top) or not real.name.endswith(HTML_SUFFIXES) or not real.is_file():
+        return None
+    if any(part.startswith(".") for part in real.relative_to(top).parts):
+        return None
+    return real
+
+
 def _html_pages(root: Path) -> list[CorpusPage]:
     pages, top = [], root.resolve()
+    refused = []
     for relative in iter_files(top):
         if not relative.endswith(HTML_SUFFIXES):
+            continue
+        if page_target(top / relative, top) is None:
+            refused.append(relative)
             continue
         stem = relative.rsplit(".", 1)[0]
         folder, _, name = stem.rpartition("/")
@@ -302,6 +339,14 @@ def _html_pages(root: Path) -> list[CorpusPage]:
             pages.append(CorpusPage(f"/{folder}/", top / relative, aliases=("/" + relative, "/" + folder)))
         else:
             pages.append(CorpusPage("/", top / relative, aliases=("/" + relative,)))
+    if refused:
+        warnings.warn(
+            f"skipped {len(refused)} page(s) of the corpus at {root} that link to a file which is not an HTML page "
+            f"of the site (a hidden or data file such as {TASKS_FILE}): {'; '.join(refused[:5])}"
+            f"{'; ...' if len(refused) > 5 else ''}",
+            CorpusWarning,
+            stacklevel=3,
+        )
     return pages
 
 

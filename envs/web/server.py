@@ -7,7 +7,8 @@ are. Nothing else is: not ``tasks.jsonl`` in any spelling (``tasks.jsonl~``, ``T
 ``.tasks.jsonl.swp``, ``tasks.jsonl.bak``), nor other data, backup or hidden files, since any of them may hold
 the answers. An allow-list, not a deny-list: a new way to spell a backup cannot slip through. Only what the
 folder holds is served: ``..``, encoded or not, backslashes, absolute paths and links leading outside all get
-404.
+404. Pages and assets alike count by the file they really are, links resolved when served: ``tlink.html``
+linking to ``tasks.jsonl``, or to a hidden file, is not served.
 
 Example:
     >>> import urllib.request
@@ -60,13 +61,27 @@ class SiteServer(http.server.ThreadingHTTPServer):
                 "beyond this machine can read the corpus. Use host='127.0.0.1' (or 'localhost')."
             )
         self.site: CorpusSite = load_corpus(folder)
-        root = Path(folder).resolve()
+        root = self.root = Path(folder).resolve()
         self.files = {"/" + name: root / name for name in iter_files(root) if is_asset(root / name)}
         # Build the search index now, not on the first request, where two threads could both build it.
         _ = self.site.index
         super().__init__(("127.0.0.1", port), _Handler)
         self.url = f"http://127.0.0.1:{self.server_address[1]}"
         self._thread: threading.Thread | None = None
+
+    def asset(self, path: str) -> Path | None:
+        """The file to send for the asset at site path ``path``, read where its link leads now: ``None`` unless
+        it is still an asset file inside the folder (a link changed since the server started counts as it is)."""
+        file = self.files.get(path)
+        if file is None:
+            return None
+        try:
+            real = file.resolve(strict=True)
+        except (OSError, RuntimeError):  # gone, or a link loop (RuntimeError on Python 3.11)
+            return None
+        if not real.is_relative_to(self.root) or any(p.startswith(".") for p in real.relative_to(self.root).parts):
+            return None
+        return real if real.is_file() and is_asset(file) else None
 
     def start(self) -> "SiteServer":
         """Serve in a background thread; returns ``self``."""
@@ -135,8 +150,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if page is not None:
             body, kind = page.encode("utf-8"), "text/html; charset=utf-8"
             status = 200
-        elif path in self.server.files:
-            file = self.server.files[path]
+        elif (file := self.server.asset(path)) is not None:
             body = file.read_bytes()
             kind = mimetypes.guess_type(file.name)[0] or "application/octet-stream"
             status = 200
