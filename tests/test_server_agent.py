@@ -602,3 +602,16 @@ def test_rollout_shows_one_line_for_a_server_fault(misbehaving, capsys, answer, 
     assert main(["rollout", "--agent", server.base_url, "--model", "m", "--site-size", str(SITE_SIZE)]) == 2
     err = capsys.readouterr().err
     assert re.search(named, err) and "Traceback" not in err and err.count("\n") == 1
+
+
+def test_eval_shows_one_line_for_a_malformed_reply(misbehaving, capsys, tmp_path):
+    from mosaic_gym.cli import main
+
+    def models_then(handler):
+        (send({"data": [{"id": "m"}]}) if handler.path.endswith("/models") else send([OK_REPLY]))(handler)
+
+    server = misbehaving(models_then)
+    assert main(["eval", "--agent", server.base_url, "--model", "m", "--site-size", str(SITE_SIZE), "--tasks", "1",
+                 "--n", "1", "--ks", "1", "--ts", "2", "--num-envs", "1", "--no-progress", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "it is a list of 1, not an object" in err and "Traceback" not in err and err.count("\n") == 1
