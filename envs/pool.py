@@ -11,9 +11,12 @@ results are data.
 actions goes to each worker per step, and the workers step their envs in parallel. Envs are built on the
 worker by ``gym.make(env_id, **env_kwargs)``: a builtin site is regenerated there from its seed; a corpus
 ``site`` path must exist on every node (a shared file system), or be sent with ``ship_corpus=True`` through
-Ray's object store. A worker that dies (its process killed, its node lost) is replaced by a new one, and the
-episodes it held are rerun on it from their reset seeds and options, replaying the actions they had taken, so
-every result comes back complete and in order; each replacement is logged (logger ``envs.pool``).
+Ray's object store. A worker that dies (its process killed, its node lost) or stops answering (no reply to a
+reset or step within ``step_timeout_s``: a stopped or hung process) is replaced by a new one, and the episodes
+it held are rerun on it from their reset seeds and options, replaying the actions they had taken, so every
+result comes back complete and in order; each replacement is logged (logger ``envs.pool``). A replacement that
+dies or hangs while it replays is replaced in turn; after ``max_restarts`` replacements in all the pool gives up
+with a :class:`PoolError`, one line naming the worker and its last failure.
 
 Example:
     >>> import gymnasium as gym, envs
@@ -45,6 +48,10 @@ from .actions import ActionError, parse_action
 logger = logging.getLogger(__name__)
 
 RAY_INSTALL = "pip install 'mosaic-gym[ray]'"
+
+
+class PoolError(RuntimeError):
+    """The env pool cannot go on: its workers kept dying or hanging beyond the replacements allowed; one line."""
 
 
 @dataclass
@@ -237,17 +244,25 @@ class RayPool(EnvPool):
             free CPUs, possibly 0).
         ship_corpus: send the corpus folder named by ``env_kwargs["site"]`` through the object store, for
             nodes that do not share its file system.
-        max_restarts: how many times in all a dead worker is replaced before the pool gives up.
+        max_restarts: how many times in all a dead or hung worker is replaced before the pool gives up
+            (:class:`PoolError`).
+        start_timeout_s: how long the cluster may take to start a worker (the first ones, and each replacement).
+        step_timeout_s: how long a worker may take to answer one reset or step of its envs (and a replacement
+            to replay each action) before it counts as hung, is killed and replaced.
     """
 
     def __init__(self, env_id: str, env_kwargs: dict[str, Any], num_envs: int, envs_per_worker: int = 4,
                  num_cpus: float | None = None, ship_corpus: bool = False, max_restarts: int = 8,
-                 start_timeout_s: float = 300.0):
+                 start_timeout_s: float = 300.0, step_timeout_s: float = 120.0):
         ray = _import_ray()
         if not ray.is_initialized():
             raise RuntimeError("RayPool needs a running Ray: call envs.pool.init_ray() (or ray.init()) first")
         if num_envs < 1 or envs_per_worker < 1:
             raise ValueError(f"num_envs and envs_per_worker must be at least 1, got {num_envs}, {envs_per_worker}")
+        if not step_timeout_s > 0 or not start_timeout_s > 0:
+            raise ValueError(f"step_timeout_s and start_timeout_s must be positive, got {step_timeout_s}, "
+                             f"{start_timeout_s}")
+        self.start_timeout_s, self.step_timeout_s = start_timeout_s, step_timeout_s
         self.env_id, self.env_kwargs = env_id, dict(env_kwargs)
         self.num_envs, self.envs_per_worker = num_envs, envs_per_worker
         self.envs = []
@@ -309,8 +324,9 @@ class RayPool(EnvPool):
         return results
 
     def _call(self, submit: Callable[[Any, list[tuple]], Any], items: list[tuple[int, tuple]]) -> list[StepResult]:
-        """``submit(actor, batch)`` once per worker holding any of the slots, all in flight at once; a dead
-        worker is replaced, its episodes rerun, and its batch submitted again. Results in the order of ``items``."""
+        """``submit(actor, batch)`` once per worker holding any of the slots, all in flight at once; a worker that
+        dies, or has not answered within ``step_timeout_s``, is replaced, its episodes rerun, and its batch
+        submitted again. Results in the order of ``items``."""
         by_worker: dict[int, list[tuple[int, tuple]]] = {}
         for index, (slot, item) in enumerate(items):
             by_worker.setdefault(slot // self.envs_per_worker, []).append((index, item))
@@ -318,34 +334,54 @@ class RayPool(EnvPool):
         pending = dict(by_worker)
         while pending:
             refs = {w: submit(self.workers[w], [it for _, it in batch]) for w, batch in pending.items()}
+            # One deadline for the batch: the workers step in parallel, so each has step_timeout_s to answer.
+            answered, _ = self._ray.wait(list(refs.values()), num_returns=len(refs), timeout=self.step_timeout_s)
+            answered = set(answered)
             failed = {}
             for w, ref in refs.items():
+                if ref not in answered:
+                    failed[w] = pending[w]
+                    self._replace(w, f"stopped answering (no answer within {self.step_timeout_s:g} s)")
+                    continue
                 try:
                     out = self._ray.get(ref)
                 except self._ray.exceptions.RayActorError as err:
                     failed[w] = pending[w]
-                    self._replace(w, err)
+                    self._replace(w, _reason(err))
                     continue
                 for (index, _), result in zip(pending[w], out):
                     results[index] = result
             pending = failed
         return results  # type: ignore[return-value]
 
-    def _replace(self, worker: int, err: Exception) -> None:
-        """A new actor in place of dead ``worker``, with every episode the dead one held rerun on it."""
-        self.restarts += 1
-        if self.restarts > self.max_restarts:
-            raise RuntimeError(f"env worker {worker} died and the pool has already replaced {self.max_restarts} "
-                               f"workers; giving up ({type(err).__name__}: {str(err).splitlines()[0]})") from err
-        started = time.perf_counter()
-        self._ray.kill(self.workers[worker], no_restart=True)
-        self.workers[worker] = actor = self._start_worker(worker)
+    def _replace(self, worker: int, reason: str) -> None:
+        """A new actor in place of dead or hung ``worker``, with every episode the old one held rerun on it; a
+        replacement that dies or hangs while it replays is replaced in turn, up to ``max_restarts`` in all."""
         first = worker * self.envs_per_worker
         held = {s: e for s, e in sorted(self._episodes.items()) if first <= s < first + self._size(worker)}
-        self._ray.get([actor.replay.remote(s - first, e.seed, e.options, list(e.actions)) for s, e in held.items()])
+        # Each replayed action may take as long as a step; the new worker may take as long as a start.
+        deadline = self.start_timeout_s + self.step_timeout_s * sum(1 + len(e.actions) for e in held.values())
+        failures = [reason]
+        while True:
+            self.restarts += 1
+            if self.restarts > self.max_restarts:
+                raise PoolError(f"env worker {worker} failed ({'; then '.join(failures)}) and the pool has already "
+                                f"replaced {self.max_restarts} workers (max_restarts): giving up")
+            started = time.perf_counter()
+            self._ray.kill(self.workers[worker], no_restart=True)
+            self.workers[worker] = actor = self._start_worker(worker)
+            replays = [actor.replay.remote(s - first, e.seed, e.options, list(e.actions)) for s, e in held.items()]
+            try:
+                self._ray.get([actor.pid.remote(), *replays], timeout=deadline)
+                break
+            except self._ray.exceptions.RayActorError as err:
+                failures.append(f"its replacement {_reason(err)} while it replayed")
+            except self._ray.exceptions.GetTimeoutError:
+                failures.append(f"its replacement did not finish replaying within {deadline:g} s")
+            logger.warning("env worker %d: %s; replacing it again", worker, failures[-1])
         logger.warning(
-            "env worker %d died (%s); replaced it and reran its %d episode(s) from their reset seeds and options "
-            "in %.1f s: %s", worker, type(err).__name__, len(held), time.perf_counter() - started,
+            "env worker %d %s; replaced it and reran its %d episode(s) from their reset seeds and options "
+            "in %.1f s: %s", worker, failures[0], len(held), time.perf_counter() - started,
             ", ".join(f"slot {s} (seed {e.seed}, {len(e.actions)} actions replayed)" for s, e in held.items())
             or "none in flight")
 
@@ -357,6 +393,12 @@ class RayPool(EnvPool):
                 pass
             self._ray.kill(actor)
         self.workers = []
+
+
+def _reason(err: Exception) -> str:
+    """Why an actor call failed, in a few words: ``died (ActorDiedError: ...first line...)``."""
+    text = (str(err).strip().splitlines() or [""])[0]
+    return f"died ({type(err).__name__}: {text[:120]})"
 
 
 def _read_corpus(site: Any) -> dict[str, bytes]:

@@ -3,6 +3,7 @@ worker killed mid-episode is replaced with its episodes rerun, the results still
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -186,3 +187,84 @@ def test_a_worker_removes_the_corpus_copy_it_was_sent_when_it_closes():
     worker.reset([(0, 0, {})], snapshots=False)
     worker.close()
     assert not copy.exists()
+
+
+def _kill_replacements(pool, ray, count: int) -> list[int]:
+    """Make the pool's next ``count`` replacement workers die as they start replaying (SIGKILL, as the kernel's
+    OOM killer would); returns their pids."""
+    start, killed = pool._start_worker, []
+
+    def start_then_kill(worker: int):
+        actor = start(worker)
+        if len(killed) < count:
+            killed.append(ray.get(actor.pid.remote()))
+            os.kill(killed[-1], signal.SIGKILL)
+        return actor
+
+    pool._start_worker = start_then_kill
+    return killed
+
+
+@pytest.mark.parametrize("max_restarts", [2, 1])
+def test_a_replacement_that_dies_while_it_replays_is_replaced_again_up_to_max_restarts(ray_cluster, caplog,
+                                                                                      max_restarts):
+    from envs.pool import PoolError
+
+    reqs = requests(4)
+    local = run_local("text", reqs, num_envs=4)
+    driver_env = gym.make(ENV_ID, **kwargs("text"))
+    with RayPool(ENV_ID, kwargs("text"), num_envs=4, envs_per_worker=2, max_restarts=max_restarts) as pool:
+        victim = ray_cluster.get(pool.workers[1].pid.remote())
+        killed = _kill_replacements(pool, ray_cluster, 1)
+
+        def kill(calls):
+            if calls == 4:
+                os.kill(victim, signal.SIGKILL)
+
+        with caplog.at_level(logging.WARNING, logger="envs.pool"):
+            if max_restarts == 1:  # the first replacement died too: the pool gives up, in one line
+                with pytest.raises(PoolError) as gave_up:
+                    Collector(None, 4, pool=pool).run(Oracle(driver_env, kill), reqs, record_snapshots=True)
+                message = str(gave_up.value)
+                assert "\n" not in message and message.startswith("env worker 1 failed (died (")
+                assert "then its replacement died (" in message and "replaced 1 workers (max_restarts)" in message
+                return
+            remote = Collector(None, 4, pool=pool).run(Oracle(driver_env, kill), reqs, record_snapshots=True)
+        assert pool.restarts == 2 and len(killed) == 1
+        assert ray_cluster.get(pool.workers[1].pid.remote()) not in (victim, *killed)
+    assert plain(remote) == plain(local)
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("its replacement died (" in m and "replacing it again" in m for m in messages)
+    assert any("env worker 1 died" in m and "slot 2 (seed 2, 3 actions replayed)" in m for m in messages)
+
+
+def test_a_worker_that_stops_answering_is_replaced_after_the_step_deadline(ray_cluster, caplog):
+    reqs = requests(4)
+    local = run_local("text", reqs, num_envs=4)
+    driver_env = gym.make(ENV_ID, **kwargs("text"))
+    with RayPool(ENV_ID, kwargs("text"), num_envs=4, envs_per_worker=2, step_timeout_s=1.0) as pool:
+        victim = ray_cluster.get(pool.workers[0].pid.remote())
+
+        def stop(calls):
+            if calls == 3:
+                os.kill(victim, signal.SIGSTOP)  # alive, holding its envs, answering nothing
+
+        try:
+            with caplog.at_level(logging.WARNING, logger="envs.pool"):
+                remote = Collector(None, 4, pool=pool).run(Oracle(driver_env, stop), reqs, record_snapshots=True)
+            assert pool.restarts == 1
+            assert ray_cluster.get(pool.workers[0].pid.remote()) != victim
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(victim, signal.SIGKILL)
+    assert plain(remote) == plain(local)
+    (message,) = [r.getMessage() for r in caplog.records if "replaced it" in r.getMessage()]
+    assert message.startswith("env worker 0 stopped answering (no answer within 1 s)")
+    assert "slot 0 (seed 0, 2 actions replayed)" in message
+
+
+@pytest.mark.parametrize("setting", [{"step_timeout_s": 0}, {"step_timeout_s": -1.0}, {"start_timeout_s": 0.0},
+                                     {"step_timeout_s": float("nan")}])
+def test_a_deadline_that_is_not_positive_is_refused(ray_cluster, setting):
+    with pytest.raises(ValueError, match="must be positive"):
+        RayPool(ENV_ID, kwargs("text"), num_envs=1, envs_per_worker=1, **setting)
