@@ -231,10 +231,11 @@ def parse_reply(reply: Any, session_id: Any = None) -> AgentStep:
         >>> step = parse_reply(reply, session_id=0)
         >>> step.text, step.prompt_ids, step.gen_ids, step.logprobs.tolist()
         ('open(1)', [1, 2], [5, 7], [-0.5, -1.0])
-        >>> parse_reply({"choices": [{"message": {"content": 5}}]})
-        Traceback (most recent call last):
-        ...
-        agents.server.ServerError: the server's reply is not a chat completion: choices[0].message.content must be a string or null, got int 5
+        >>> try:
+        ...     parse_reply({"choices": [{"message": {"content": 5}}]})
+        ... except ServerError as err:
+        ...     print(str(err).split(": ", 1)[1])
+        choices[0].message.content must be a string or null, got int 5
     """
     if not isinstance(reply, dict):
         raise ServerError(f"the server's reply is not a chat completion: it is {_described(reply)}, not an object")

@@ -510,7 +510,8 @@ def test_a_redirect_is_not_followed_and_the_api_key_goes_nowhere_else(misbehavin
 @pytest.mark.parametrize("answer, named", [
     (raw(b"garbage\r\n\r\n"), "BadStatusLine"),
     (raw(b""), "RemoteDisconnected"),
-    (raw(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"choices\""), "ended after 10 bytes, before its Content-Length"),
+    (raw(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"choices\""),
+     "ended after 10 bytes, before its Content-Length"),
     (raw(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"), "IncompleteRead"),
     (raw(b"HTTP/1.1 200 OK\r\n" + b"X-A: b\r\n" * 101 + b"\r\n"), "more than 100 headers"),
     (raw(b"HTTP/1.1 200 OK\r\nX-A: " + b"b" * 70_000 + b"\r\n\r\n"), "LineTooLong"),
@@ -587,7 +588,8 @@ def test_retry_after_reads_an_http_date():
 
 
 @pytest.mark.parametrize("answer, named", [
-    (send({"detail": "boom"}, 500), r"gave no usable answer to POST /chat/completions \(HTTP 500: boom\) after 4 tries"),
+    (send({"detail": "boom"}, 500),
+     r"gave no usable answer to POST /chat/completions \(HTTP 500: boom\) after 4 tries"),
     (send({"detail": "bad field"}, 400), r"refused POST /chat/completions \(400\): bad field"),
     (send({"choices": [{"message": "open(1)"}]}), r"choices\[0\].message must be an object"),
     (send(b"", 302, {"Location": "http://example.invalid/v1"}), "redirect \\(302\\)"),
