@@ -53,6 +53,7 @@ class _Plan:
     chunk: int = 0
     jump: bool = False
     acted: int = 0  # steps taken in this session: a session that has done nothing yet never compacts
+    lossy: bool = False  # it compacted with the lossy summary: the next session starts its research again
 
 
 class OracleAgent(Agent):
@@ -63,6 +64,10 @@ class OracleAgent(Agent):
         compact_at: compact when a session's context passes this fraction of ``session_max_tokens``.
         fork: fork one subagent per sub-question of tasks that have them.
         error_rate: probability of a plausible wrong action at a step.
+        lossy_summary: where the env offers summaries to choose from (``summary_choices``), the probability of
+            compacting with the lossy one (the env's second) instead of the complete one (its first); after a
+            lossy compaction the next session does the research again, as an agent that lost its notes must.
+            Where the env offers one summary, the oracle writes its own.
         session_max_tokens: the window, when a site is given instead of an env.
         chunk_tokens: the env's chunk size, when a site is given instead of an env.
         max_scrolls: when reading (``compact_at`` set), scroll at most this far down a page, then ``find`` the
@@ -72,7 +77,7 @@ class OracleAgent(Agent):
 
     def __init__(self, env_or_site: Any, compact_at: float | None = None, fork: bool = False,
                  error_rate: float = 0.0, session_max_tokens: int = 4096, chunk_tokens: int = CHUNK_TOKENS,
-                 seed: int = 0, max_scrolls: int = 4):
+                 seed: int = 0, max_scrolls: int = 4, lossy_summary: float = 0.0):
         if isinstance(env_or_site, Site):
             site = env_or_site
             task_by_id = site.task
@@ -87,6 +92,9 @@ class OracleAgent(Agent):
             compact_at = compact_at if unwrapped.allow_compact else None
         if not 0.0 <= error_rate <= 1.0:
             raise ValueError(f"error_rate must be in [0, 1], got {error_rate}")
+        if not 0.0 <= lossy_summary <= 1.0:
+            raise ValueError(f"lossy_summary must be in [0, 1], got {lossy_summary}")
+        self.lossy_summary = lossy_summary
         self.site = site
         self._task_by_id = task_by_id
         self.browser = TextBackend(site, chunk_tokens)
@@ -122,14 +130,14 @@ class OracleAgent(Agent):
         if sid not in plans:
             plans[sid] = self._plan_for(plans, info)
         plan = plans[sid]
-        if info.get("must_compact"):
-            return self._compact(plan)
         rng = step_rng(self.seed, info) or self.rng
+        if info.get("must_compact"):
+            return self._compact(plan, info, rng)
         if self.error_rate and rng.random() < self.error_rate:
             return self._mistake(plan, rng)
         if self.compact_at is not None and info.get("context_tokens", 0) > self.compact_at * self.session_max_tokens \
                 and plan.done > 0 and plan.acted > 0 and not self._reading(plan):
-            return self._compact(plan)
+            return self._compact(plan, info, rng)
         plan.acted += 1
         if plan.forks:
             sub = plan.forks.pop(0)
@@ -148,6 +156,8 @@ class OracleAgent(Agent):
         kind, parent = info["session_kind"], info["parent_id"]
         if kind == "compact" and parent in plans:
             old = plans.pop(parent)
+            if old.lossy:  # its notes are gone: start the research again
+                return _Plan(old.task, old.steps, old.final, 0, [], old.forks)
             return _Plan(old.task, old.steps, old.final, old.done, list(old.notes), old.forks)
         if kind == "fork":
             sub = next((s for s in task.subtasks if s.question == info.get("session_task")), None)
@@ -228,10 +238,17 @@ class OracleAgent(Agent):
         if step.note and step.note not in plan.notes:
             plan.notes.append(step.note)
 
-    def _compact(self, plan: _Plan) -> str:
+    def _compact(self, plan: _Plan, info: dict[str, Any], rng: np.random.Generator) -> str:
         """The compact action, its summary the facts noted and the progress. It forgets the page on screen:
-        after a compaction none is, and the next scroll reopens the page it reads (see :meth:`_next`)."""
+        after a compaction none is, and the next scroll reopens the page it reads (see :meth:`_next`).
+
+        Where the env offers several summaries (``info["candidates"]`` holds more than one compact action), it
+        takes one of them: the complete one (the first), or with probability ``lossy_summary`` the lossy one."""
         plan.page = None
+        offered = [c for c in info.get("candidates") or () if c.startswith("compact(")]
+        if len(offered) > 1:
+            plan.lossy = bool(self.lossy_summary and rng.random() < self.lossy_summary)
+            return offered[1] if plan.lossy else offered[0]
         found = " ".join(plan.notes) if plan.notes else "Nothing found yet."
         summary = f"Facts found so far: {found} Progress: {plan.done} of {len(plan.steps)} research steps done."
         return format_action("compact", summary)

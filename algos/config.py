@@ -24,8 +24,9 @@ NOT_SETTINGS = ("out", "resume", "ray", "warm_start_from")  # where the run live
 # envs step and where its warm start was computed (the results are the same): not what it computes
 WARM_START_FREE = ("algo", "pg.advantage", "pg.lambda_use", "pg.beta", "pg.adv_clip", "pg.normalize_std",
                    "pg.lr", "pg.weight_decay", "pg.clip_eps", "pg.epochs", "pg.kl_coef", "pg.max_grad_norm",
+                   "pg.minibatches", "pg.target_kl", "pg.entropy_coef",
                    "estimator", "continuations", "root_start", "budgets", "iterations", "tasks_per_iter", "group_size",
-                   "log_groups")
+                   "log_groups", "dynamic_sampling", "dynamic_max_draws")
 """The settings a run may change from the run whose warm start it takes (``warm_start_from``): nothing before the
 first RL iteration reads them, so arms that differ only in these start RL from one warm start, computed once.
 (The RL optimiser has taken no step when a warm start ends, so its learning rate and the update's other settings
@@ -86,7 +87,9 @@ class TrainConfig:
     # are needed: search and read, compact (the env asks), then answer from the summary
     model: str = "tiny-1m"  # tiny-100k | tiny-1m | tiny-3m | tiny-10m | smollm2 | a folder | a hub id
     mode: str = "choose"  # LLMAgent mode: "choose" (score candidates) or "generate" (free text)
-    temperature: float = 1.0  # sampling temperature during RL
+    temperature: float = 1.0  # sampling temperature of the RL rollouts (mosaic train --rl-temperature)
+    eval_temperature: float | None = None  # sampling temperature of held-out evaluation (None: as in RL)
+    eval_greedy: bool = False  # also held-out success at temperature 0 (one run per test task: it is deterministic)
     length_normalize: bool = False  # choose mode: score a candidate by its mean token log-prob, not the sum (so a
     # long candidate, such as a fork's sub-question, is not less likely for its length alone)
     max_new_tokens: int = 128  # generate mode: a step's tokens stop at the first complete call, or here
@@ -98,6 +101,8 @@ class TrainConfig:
     bc_lr: float = 2e-3  # warm-start learning rate
     bc_compact_at: float | None = None  # oracle compacts past this fraction of the window (None: when asked)
     bc_fork: bool = True  # oracle forks one subagent per sub-question
+    bc_max_steps: int | None = None  # step budget of the demonstrations (None: the env's); a larger one lets the
+    # oracle's recoveries (after an error or a lossy summary) succeed, so they are cloned
     bc_styles: list | None = None  # varied demonstrations: oracle styles used in turn, each a dict of
     # OracleAgent knobs ({"compact_at": 0.5, "fork": False, "error_rate": 0.1}); None: one style, bc_compact_at/bc_fork
     iterations: int = 40  # RL iterations (one policy-gradient step each); 40 in the demo: 10 and 20 gave no
@@ -105,6 +110,11 @@ class TrainConfig:
     tasks_per_iter: int = 6  # groups per iteration
     log_groups: int = 2  # groups per iteration whose trajectories are logged to out/trajectories/ (0: none)
     group_size: int = 8  # trajectories per group (one task, one budget)
+    dynamic_sampling: int = 0  # DAPO-style: draw groups (tasks_per_iter at a time) until this many have unequal
+    # rewards, and train on those alone (0: off, every drawn group is trained on)
+    dynamic_max_draws: int = 4  # dynamic sampling: at most this many rounds of tasks_per_iter groups per iteration
+    probe: str | None = None  # "summary": P(complete summary) at fixed compaction states after every iteration
+    probe_states: int = 32  # how many fixed states the probe measures (one per training task, at most)
     budgets: str | None = None  # BudgetMix spec ("8", "4,8,16", "log:4-32", "schedule:0=4,20=8"); None: env's
     estimator: str = "rollout"  # Mosaic's marginal contribution: "rollout" or "likelihood"
     continuations: int = 2  # Mosaic rollout estimator: continuations M per session boundary
@@ -138,6 +148,19 @@ class TrainConfig:
             raise ValueError(f"root_start={self.root_start!r}: use 'rollout' or 'group_rollout'")
         self.bc_styles = check_styles(self.bc_styles)
         _check_count("log_groups", self.log_groups, 0, "give how many groups per iteration to log (0: none)")
+        _check_count("dynamic_sampling", self.dynamic_sampling, 0, "give how many groups of unequal rewards an "
+                     "iteration trains on (0: off)")
+        _check_count("dynamic_max_draws", self.dynamic_max_draws, 1, "give the most rounds of groups an iteration "
+                     "draws, an integer >= 1")
+        _check_count("probe_states", self.probe_states, 1, "give an integer >= 1")
+        if self.probe not in (None, "summary"):
+            raise ValueError(f"probe={self.probe!r}: use 'summary' or None")
+        if self.bc_max_steps is not None:
+            _check_count("bc_max_steps", self.bc_max_steps, 1, "give a step budget >= 1, or None for the env's")
+        for name in ("temperature", "eval_temperature"):
+            value = getattr(self, name)
+            if value is not None and (not _is_number(value) or not 0 <= value < float("inf")):
+                raise ValueError(f"{name}={value!r}: give a finite number >= 0 (0: greedy)")
         if self.eval_tasks is not None:
             _check_count("eval_tasks", self.eval_tasks, 1, "give how many test tasks to evaluate on (None: all)")
         if self.eval_budgets is not None:
@@ -172,7 +195,7 @@ def _check_count(name: str, value: Any, least: int, hint: str) -> None:
         raise ValueError(f"{name}={value!r}: {hint}")
 
 
-STYLE_KNOBS = {"compact_at": (float, type(None)), "fork": (bool,), "error_rate": (float,)}
+STYLE_KNOBS = {"compact_at": (float, type(None)), "fork": (bool,), "error_rate": (float,), "lossy_summary": (float,)}
 
 
 def check_styles(styles: Any) -> list[dict[str, Any]] | None:

@@ -49,6 +49,7 @@ from .config import (RESUMABLE, WARM_START_FREE, ConfigError, TrainConfig, chang
 from .credit_compare import compare_credit
 from .lora import add_lora, merge_lora
 from .pg import PolicyGradient
+from .probes import ProbeState, probe_metrics, probe_probabilities, summary_states
 from .rollout import Collector, Request, session_sequences
 from .session_metrics import group_diversity, session_metrics
 
@@ -104,11 +105,21 @@ def train(config: TrainConfig, log: Any = print, reporters: Sequence[Any] = ()) 
                         extra={"state": state, "rng": rng.bit_generator.state,
                                "agent_rng": agent.generator.get_state(), "config": config_to_json(config), **ref})
 
-    parts = _Run(config, out, agent, learner, collector, eval_collector, env, state, save, log, reporters)
+    probe_states = None
+    if config.probe == "summary":
+        probe_states = summary_states(make_env(), config.probe_states, seed=10_007)
+    parts = _Run(config, out, agent, learner, collector, eval_collector, env, state, save, log, reporters,
+                 probe_states)
     if state["phase"] == "warm_start":
         _warm_start(parts, model)
     _rl_loop(parts, sampler, rng)
     return _finish(parts, model, tokenizer, adapters)
+
+
+def _probe(config: TrainConfig, agent: LLMAgent, states: list[ProbeState]) -> dict[str, Any]:
+    """``config.probe``'s metrics of the policy as it stands (:mod:`algos.probes`): exact, no sampling."""
+    p = probe_probabilities(agent, states, config.temperature, config.length_normalize, device=config.pg.device)
+    return probe_metrics(p, config.probe or "summary")
 
 
 def _ray_pool(config: TrainConfig, split: str) -> EnvPool | None:
@@ -133,6 +144,7 @@ class _Run:
     save: Callable[[], None]
     log: Any
     reporters: Sequence[Any] = ()
+    probe_states: list[ProbeState] | None = None  # config.probe's fixed states (None: no probe)
 
 
 BC_MICRO_BATCH_TOKENS = 8192  # the warm start's padded tokens per forward/backward, at most (see _warm_start)
@@ -157,7 +169,8 @@ def _warm_start(run: _Run, model: torch.nn.Module) -> None:
     if config.bc_episodes > 0:
         started = time.time()
         tasks = env.unwrapped.tasks
-        requests = [Request(seed=config.seed * 100_003 + k, options={"task_id": tasks[k % len(tasks)].id})
+        budget = {} if config.bc_max_steps is None else {"max_steps": config.bc_max_steps}
+        requests = [Request(seed=config.seed * 100_003 + k, options={"task_id": tasks[k % len(tasks)].id, **budget})
                     for k in range(config.bc_episodes)]
         styles = config.bc_styles or [{"compact_at": config.bc_compact_at, "fork": config.bc_fork}]
         demos = []
@@ -179,6 +192,9 @@ def _warm_start(run: _Run, model: torch.nn.Module) -> None:
         learner.ref_model.load_state_dict(model.state_dict())
     summary["success_warm_start"] = evaluate(agent, eval_collector, config, "held-out (warm start)")
     log(f"held-out success after warm start: {summary['success_warm_start']['success']:.3f}")
+    if run.probe_states is not None:
+        summary["probe_warm_start"] = _probe(config, agent, run.probe_states)
+        log(f"probe after warm start: {summary['probe_warm_start']}")
     state["phase"] = "rl"
     run.save()
 
@@ -196,6 +212,8 @@ def _rl_loop(run: _Run, sampler: Any, rng: np.random.Generator) -> None:
         it = state["iteration"]
         log_to = _iteration_log(out, it) if config.log_groups else None
         metrics = rl_iteration(config, it, run.agent, run.learner, run.collector, run.env, sampler, rng, log_to)
+        if run.probe_states is not None:
+            metrics.update(_probe(config, run.agent, run.probe_states))
         state["history"].append(metrics)
         with metrics_path.open("a") as f:
             f.write(json.dumps(metrics) + "\n")
@@ -259,20 +277,36 @@ def rl_iteration(config: TrainConfig, it: int, agent: LLMAgent, learner: PolicyG
     """
     times = PhaseTimes()
     tasks = env.unwrapped.tasks
-    picked = rng.choice(len(tasks), size=config.tasks_per_iter, replace=len(tasks) < config.tasks_per_iter)
-    requests = []
-    budgets = []
-    for g, t in enumerate(picked):
-        budget = sampler.sample(rng, it)
-        budgets.append(budget)
-        requests += [Request(seed=int(rng.integers(2**31)), options={"task_id": tasks[t].id, "max_steps": budget},
-                             group=g, transcript=log_to is not None and g < config.log_groups)
-                     for _ in range(config.group_size)]
     mosaic_rollout = config.algo == "mosaic" and config.estimator == "rollout"
-    with times.phase("rollouts"):
-        trajectories = collector.run(agent, requests, record_snapshots=mosaic_rollout, progress=f"rollouts {it}")
+    trajectories, groups, budgets = [], [], []
+    rounds = config.dynamic_max_draws if config.dynamic_sampling else 1
+    unequal = drawn = 0
+    for r in range(rounds):
+        # A round draws tasks_per_iter groups: their tasks, then per group its budget and its runs' reset seeds.
+        first = r * config.tasks_per_iter
+        picked = rng.choice(len(tasks), size=config.tasks_per_iter, replace=len(tasks) < config.tasks_per_iter)
+        requests = []
+        for g, t in enumerate(picked, start=first):
+            budget = sampler.sample(rng, it)
+            budgets.append(budget)
+            requests += [Request(seed=int(rng.integers(2**31)),
+                                 options={"task_id": tasks[t].id, "max_steps": budget},
+                                 group=g, transcript=log_to is not None and g < config.log_groups)
+                         for _ in range(config.group_size)]
+        with times.phase("rollouts"):
+            runs = collector.run(agent, requests, record_snapshots=mosaic_rollout, progress=f"rollouts {it}")
+        trajectories += runs
+        for g in range(first, first + config.tasks_per_iter):
+            group = [t for t in runs if t.group == g]
+            drawn += 1
+            mixed = len({t.reward for t in group}) > 1
+            unequal += mixed
+            # Dynamic sampling trains on groups of unequal rewards only, up to the number asked for.
+            if not config.dynamic_sampling or (mixed and len(groups) < config.dynamic_sampling):
+                groups.append(group)
+        if not config.dynamic_sampling or len(groups) >= config.dynamic_sampling:
+            break
     sequences, all_adv, contrib_abs, contrib_positive, logged = [], [], [], [], []
-    groups = [[t for t in trajectories if t.group == g] for g in range(config.tasks_per_iter)]
     for group in groups:
         d = None
         if config.algo == "mosaic":
@@ -302,7 +336,7 @@ def rl_iteration(config: TrainConfig, it: int, agent: LLMAgent, learner: PolicyG
         logs.write_records(log_to, logged)
     with times.phase("update"):
         stats = learner.update(sequences)
-    adv_all = np.concatenate(all_adv)
+    adv_all = np.concatenate(all_adv) if all_adv else np.zeros(1)
     return {
         "iteration": it,
         "success": float(np.mean([t.reward for t in trajectories])),
@@ -315,8 +349,11 @@ def rl_iteration(config: TrainConfig, it: int, agent: LLMAgent, learner: PolicyG
         # Mosaic: the share of sessions whose estimated contribution D is positive (None for broadcast: no D).
         "d_positive": float(np.mean(contrib_positive)) if contrib_positive else None,
         **{k: v for k, v in _finite(session_metrics(trajectories)).items() if k in ITERATION_METRICS},
-        **{f"groups_{k}": v for k, v in group_diversity(groups).items()},
-        **{k: float(v) for k, v in stats.items()},
+        **{f"groups_{k}": v for k, v in (group_diversity(groups) if groups else {}).items()},
+        # The share of drawn groups whose rewards differ (those broadcast can learn from), and with dynamic
+        # sampling how many groups were drawn and trained on.
+        "unequal_groups": unequal / drawn, "groups_drawn": drawn, "groups_trained": len(groups),
+        **{k: (None if v is None else float(v)) for k, v in stats.items()},
         **times.metrics(),
         "memory_peak_mib": peak_rss_mib(),
     }
@@ -368,7 +405,8 @@ def budget_sampler(config: TrainConfig) -> Any:
 def evaluate(agent: LLMAgent, collector: Collector, config: TrainConfig, label: str
              ) -> dict[str, float]:
     """Held-out success: ``eval_episodes`` runs of every test task (the first ``eval_tasks`` of them where it is
-    set), sampled as in training.
+    set), sampled at ``eval_temperature`` (as in training where it is None); with ``eval_greedy`` also one greedy
+    run of each (``result["greedy"]``).
 
     The agent's sampling generator is left as it was, so evaluating changes nothing that training samples
     (a finished run extended with ``resume`` continues as one that never stopped to evaluate).
@@ -379,11 +417,19 @@ def evaluate(agent: LLMAgent, collector: Collector, config: TrainConfig, label: 
     budgets = config.eval_budgets or []
     requests += [Request(seed=2_000_003 + k, options={"task_id": t.id, "max_steps": budget})
                  for budget in budgets for k, t in enumerate(tasks) for _ in range(config.eval_episodes)]
-    sampling = agent.generator.get_state()
+    sampling, temperature = agent.generator.get_state(), agent.temperature
+    greedy = []
     try:
+        if config.eval_temperature is not None:
+            agent.temperature = config.eval_temperature
         runs = collector.run(agent, requests, progress=label)
+        if config.eval_greedy:  # (choose mode at temperature 0 is deterministic: one run per task)
+            agent.temperature = 0.0
+            greedy = collector.run(agent, [Request(seed=3_000_003 + k, options={"task_id": t.id})
+                                           for k, t in enumerate(tasks)], progress=f"{label}, greedy")
     finally:
         agent.generator.set_state(sampling)
+        agent.temperature = temperature
     m = len(tasks) * config.eval_episodes  # the main runs, then m runs at each budget
     at_budget = {budget: runs[(n + 1) * m:(n + 2) * m] for n, budget in enumerate(budgets)}
     runs = runs[:m]
@@ -392,6 +438,8 @@ def evaluate(agent: LLMAgent, collector: Collector, config: TrainConfig, label: 
               "steps": float(np.mean([r.tree["steps_used"] for r in runs])), "episodes": len(runs),
               "per_task": _per_task(runs),
               "metrics": _finite(session_metrics(runs))}
+    if greedy:
+        result["greedy"] = {"success": float(np.mean([r.reward for r in greedy])), "per_task": _per_task(greedy)}
     if budgets:  # Pass@(1,T), each T its own runs under budget T (the "rerun" protocol: the agent is told T)
         result["pass_at_1"] = {str(b): float(np.mean([r.reward for r in rs])) for b, rs in at_budget.items()}
         result["per_task_at"] = {str(b): _per_task(rs) for b, rs in at_budget.items()}

@@ -163,6 +163,9 @@ class WebQAEnv(gym.Env[str, str]):
         browser_javascript: run corpus pages' scripts in Chromium (``backend="playwright"`` only; off by
             default: the builtin site needs none).
         candidates: put ``info["candidates"]``: valid complete actions for this state.
+        summary_choices: with ``candidates``, every compaction (forced or chosen) offers two summaries: the
+            complete one (the pages read and the facts noted) first, then a lossy one (the pages read, no notes).
+            What a session hands on is then the policy's choice, not the env's.
         allow_compact, allow_fork: which multi-session tools exist (the registered variants set these).
         token_counter: ``Callable[[str], int]`` counting tokens (default: about 4 characters a token).
         chunk_tokens: how much of a page one ``open``/``scroll`` shows.
@@ -190,6 +193,7 @@ class WebQAEnv(gym.Env[str, str]):
         backend: str = "text",
         browser_javascript: bool = False,
         candidates: bool = False,
+        summary_choices: bool = False,
         allow_compact: bool = True,
         allow_fork: bool = True,
         token_counter: TokenCounter | None = None,
@@ -214,6 +218,7 @@ class WebQAEnv(gym.Env[str, str]):
         max_fork_depth = check_int("max_fork_depth", max_fork_depth, minimum=0)
         show_budget = check_bool("show_budget", show_budget)
         candidates = check_bool("candidates", candidates)
+        summary_choices = check_bool("summary_choices", summary_choices)
         allow_compact = check_bool("allow_compact", allow_compact)
         allow_fork = check_bool("allow_fork", allow_fork)
         # Checked now, not at the first reset; every count it returns is checked where it is used.
@@ -238,6 +243,7 @@ class WebQAEnv(gym.Env[str, str]):
         self.max_fork_depth = max_fork_depth
         self.show_budget = show_budget
         self.candidates = candidates
+        self.summary_choices = summary_choices
         self.allow_compact = allow_compact
         self.allow_fork = allow_fork
         self.count_tokens = count_tokens
@@ -672,8 +678,9 @@ class WebQAEnv(gym.Env[str, str]):
         state = self._require_state()
         s = state.sessions[state.stack[-1]]
         task = self._task_of(s)
+        summaries = [format_action("compact", n) for n in self._summaries(s)]
         if s.must_compact:
-            return [format_action("compact", self._notes(s))]
+            return summaries
         out = [format_action("search", q) for q in task.search_queries]
         if s.page is not None:
             visible = s.page.chunks[s.chunk] if s.page.chunks else ""
@@ -683,7 +690,7 @@ class WebQAEnv(gym.Env[str, str]):
             if s.chunk > 0:
                 out.append(format_action("scroll", "up"))
         if self.allow_compact and s.steps > 0:
-            out.append(format_action("compact", self._notes(s)))
+            out += summaries
         if self.allow_fork and s.depth < self.max_fork_depth and s.fork_task is None:
             out += [format_action("fork", sub.question) for sub in state.task.subtasks
                     if sub.question not in state.answered_forks]
@@ -709,12 +716,22 @@ class WebQAEnv(gym.Env[str, str]):
                     return sub
         return state.task
 
-    def _notes(self, session: Session) -> str:
+    def _notes(self, session: Session, keep_facts: bool = True) -> str:
         """A compaction summary built from what the session has seen: the pages read, then the last short lines
-        it read that state a value (an infobox row, a sentence naming a year or an entity)."""
+        it read that state a value (an infobox row, a sentence naming a year or an entity); without
+        ``keep_facts``, the pages alone (a lossy summary)."""
         pages = ", ".join(dict.fromkeys(session.pages_read)) or "none"
-        facts = " ".join(f"{line.rstrip('.')}." for line in list(session.facts)[-MAX_NOTE_FACTS:]) or "none"
-        return f"Pages read: {pages}. Notes: {facts}"
+        facts = " ".join(f"{line.rstrip('.')}." for line in list(session.facts)[-MAX_NOTE_FACTS:]) if keep_facts \
+            else ""
+        return f"Pages read: {pages}. Notes: {facts or 'none'}"
+
+    def _summaries(self, session: Session) -> list[str]:
+        """The summaries a compaction of ``session`` offers: the complete one, then (``summary_choices``) the lossy
+        one, where it differs."""
+        complete = self._notes(session)
+        if not self.summary_choices:
+            return [complete]
+        return list(dict.fromkeys([complete, self._notes(session, keep_facts=False)]))
 
     def _lines_with_mentions(self, text: str) -> tuple[str, ...]:
         values = [v for v, _ in self._mentions(text)]

@@ -33,6 +33,12 @@ SETS = {
     "max_new_tokens": ("max_new_tokens",),
     "prompt_examples": ("prompt_examples",), "lora_rank": ("lora_rank",),
     "log_groups": ("log_groups",), "bc_lr": ("bc_lr",), "eval_initial": ("eval_initial",),
+    "eval_temperature": ("eval_temperature",), "eval_greedy": ("eval_greedy",), "epochs": ("pg.epochs",),
+    "minibatches": ("pg.minibatches",), "clip_eps": ("pg.clip_eps",), "target_kl": ("pg.target_kl",),
+    "entropy_coef": ("pg.entropy_coef",), "max_grad_norm": ("pg.max_grad_norm",),
+    "dynamic_sampling": ("dynamic_sampling",), "dynamic_max_draws": ("dynamic_max_draws",), "probe": ("probe",),
+    "probe_states": ("probe_states",), "summary_choices": ("env_kwargs.summary_choices",),
+    "bc_max_steps": ("bc_max_steps",),
 }  # and --env-kwargs: each key of its JSON, env_kwargs.KEY
 
 
@@ -81,7 +87,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="tiny-100k | tiny-1m | tiny-3m | tiny-10m | smollm2 | a folder | a hub id")
     p.add_argument("--mode", default=d.mode, choices=["choose", "generate"],
                    help="choose: score the env's candidate actions; generate: free text (pretrained models)")
-    p.add_argument("--temperature", type=float, default=d.temperature, help="sampling temperature during RL")
+    p.add_argument("--rl-temperature", "--temperature", dest="temperature", type=_temperature, default=d.temperature,
+                   help="sampling temperature of the RL rollouts (choose mode: softmax(score / T); 0: greedy)")
+    p.add_argument("--eval-temperature", type=_temperature, default=d.eval_temperature,
+                   help="sampling temperature of held-out evaluation (default: the RL temperature)")
+    p.add_argument("--eval-greedy", nargs=0, const=True, default=d.eval_greedy,
+                   help="also evaluate greedily (temperature 0, one run per test task)")
     p.add_argument("--length-normalize", nargs=0, const=True, default=d.length_normalize,
                    help="choose mode: score a candidate by its mean token log-prob, not the sum")
     p.add_argument("--max-new-tokens", type=at_least(1, "give --max-new-tokens 1 or more"), default=d.max_new_tokens,
@@ -107,6 +118,28 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="no division by the group's reward std (Dr. GRPO)")
     p.add_argument("--lr", type=float, default=d.pg.lr, help="RL learning rate")
     p.add_argument("--kl-coef", type=float, default=d.pg.kl_coef, help="KL to the initial model (0: off)")
+    p.add_argument("--epochs", type=at_least(1, "give --epochs 1 or more"), default=d.pg.epochs,
+                   help="PPO passes over each iteration's batch")
+    p.add_argument("--minibatches", type=at_least(1, "give --minibatches 1 or more"), default=d.pg.minibatches,
+                   help="optimizer steps per epoch (the batch split in this many parts)")
+    p.add_argument("--clip-eps", type=_positive, default=d.pg.clip_eps, help="PPO clip range of the ratio")
+    p.add_argument("--target-kl", type=_positive, default=d.pg.target_kl,
+                   help="stop an update's steps once the KL after a step passes 1.5x this (default: no stop)")
+    p.add_argument("--entropy-coef", type=_non_negative, default=d.pg.entropy_coef,
+                   help="weight of the entropy bonus (per choice, or per token in generate mode)")
+    p.add_argument("--max-grad-norm", type=_positive, default=d.pg.max_grad_norm, help="gradient clipping norm")
+    p.add_argument("--dynamic-sampling", type=at_least(0, "give --dynamic-sampling 0 (off) or more"),
+                   default=d.dynamic_sampling, metavar="N",
+                   help="draw groups until N have unequal rewards and train on those (DAPO-style; 0: off)")
+    p.add_argument("--dynamic-max-draws", type=at_least(1, "give --dynamic-max-draws 1 or more"),
+                   default=d.dynamic_max_draws, help="dynamic sampling: most rounds of --tasks-per-iter groups")
+    p.add_argument("--probe", default=d.probe, choices=["summary"],
+                   help="log P(right session decision) at fixed states after every iteration (summary: the "
+                        "complete summary at a forced compaction; needs --summary-choices)")
+    p.add_argument("--probe-states", type=at_least(1, "give --probe-states 1 or more"), default=d.probe_states,
+                   help="fixed states the probe measures")
+    p.add_argument("--summary-choices", nargs=0, const=True, default=False,
+                   help="every compaction offers the complete and a lossy summary (env kwarg summary_choices)")
     p.add_argument("--micro-batch-tokens", type=int, default=d.pg.micro_batch_tokens,
                    help="padded tokens per forward/backward (gradient accumulation: lower it to fit memory)")
     p.add_argument("--bc-episodes", type=int, default=d.bc_episodes, help="oracle demonstrations (0: no warm start)")
@@ -114,6 +147,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--bc-lr", type=float, default=d.bc_lr, help="warm-start learning rate")
     p.add_argument("--eval-initial", nargs=0, const=True, default=d.eval_initial,
                    help="also measure held-out success (and parse rate) before the warm start")
+    p.add_argument("--bc-max-steps", type=at_least(1, "give --bc-max-steps 1 or more"), default=d.bc_max_steps,
+                   help="step budget of the demonstrations (default: the env's)")
     p.add_argument("--bc-compact-at", type=fraction, default=d.bc_compact_at,
                    help="the demonstrating oracle compacts past this fraction of the window (default: only when "
                         "the env asks)")
@@ -153,6 +188,24 @@ _continuations = at_least(1, "the rollout estimator needs at least 1 continuatio
 _log_groups = at_least(0, "give how many groups per iteration to log, 0 (none) or more")
 
 
+def _number(least: float, strict: bool, hint: str):
+    """An argparse type: a finite float above ``least`` (``strict``) or at least it; else the ``hint``."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number: {hint}") from None
+        if not (value > least if strict else value >= least) or value == float("inf"):
+            raise argparse.ArgumentTypeError(f"{text}: {hint}")
+        return value
+    return parse
+
+
+_positive = _number(0.0, True, "give a finite number > 0")
+_non_negative = _number(0.0, False, "give a finite number >= 0")
+_temperature = _number(0.0, False, "give a temperature >= 0 (0: greedy)")
+
+
 def config_from_args(args: argparse.Namespace):
     from algos.config import PGConfig
     from algos.config import TrainConfig
@@ -164,13 +217,17 @@ def config_from_args(args: argparse.Namespace):
         env_kwargs["site"] = os.path.abspath(args.site) if args.site.strip() else args.site
     if args.session_max_tokens is not None:
         env_kwargs["session_max_tokens"] = args.session_max_tokens
+    if args.summary_choices:
+        env_kwargs["summary_choices"] = True
     try:
         env_kwargs.update(json.loads(args.env_kwargs))
     except json.JSONDecodeError as err:
         raise SystemExit(f"--env-kwargs is not valid JSON ({err}); example: '{{\"show_budget\": false}}'")
     pg = PGConfig(lr=args.lr, kl_coef=args.kl_coef, lambda_use=args.lambda_use, beta=args.beta,
                   normalize_std=not args.dr_grpo, device=args.device, dtype=args.dtype,
-                  micro_batch_tokens=args.micro_batch_tokens)
+                  micro_batch_tokens=args.micro_batch_tokens, epochs=args.epochs, minibatches=args.minibatches,
+                  clip_eps=args.clip_eps, target_kl=args.target_kl, entropy_coef=args.entropy_coef,
+                  max_grad_norm=args.max_grad_norm)
     return TrainConfig(
         algo=args.algo, env_id=args.env, env_kwargs=env_kwargs, model=args.model, mode=args.mode,
         bc_episodes=args.bc_episodes, bc_epochs=args.bc_epochs, bc_compact_at=args.bc_compact_at, bc_lr=args.bc_lr,
@@ -182,6 +239,9 @@ def config_from_args(args: argparse.Namespace):
         eval_tasks=args.eval_tasks, num_envs=args.num_envs, seed=args.seed, out=args.out or f"runs/{args.algo}",
         resume=args.resume, pg=pg,
         temperature=args.temperature, length_normalize=args.length_normalize, max_new_tokens=args.max_new_tokens,
+        eval_temperature=args.eval_temperature, eval_greedy=args.eval_greedy, bc_max_steps=args.bc_max_steps,
+        dynamic_sampling=args.dynamic_sampling, dynamic_max_draws=args.dynamic_max_draws, probe=args.probe,
+        probe_states=args.probe_states,
         prompt_examples=args.prompt_examples,
         lora_rank=args.lora_rank,
         log_groups=args.log_groups,
