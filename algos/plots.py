@@ -143,3 +143,29 @@ def plot_credit(groups: Sequence[dict[str, Any]], path: str | Path, title: str =
     fig.tight_layout()
     fig.savefig(path)
     return path
+
+
+def plot_probe(curves: dict[str, Sequence[dict[str, Any]]], path: str | Path, threshold: float | None = None,
+               title: str = "probe") -> Path:
+    """Each arm's probe curve (mean and 95% band over seeds, from :func:`algos.study.interval` cells) against the
+    updates taken, with the threshold as a line."""
+    path = Path(path)
+    fig = Figure(figsize=(7, 4.5), dpi=100)
+    ax = fig.add_subplot(1, 1, 1)
+    for name, curve in curves.items():
+        xs = list(range(len(curve)))
+        mean = [c["mean"] for c in curve]
+        half = [c["ci95"] or 0.0 for c in curve]
+        ax.plot(xs, mean, marker=".", label=f"{name} ({curve[0]['n']} seeds)")
+        ax.fill_between(xs, [m - h for m, h in zip(mean, half)], [m + h for m, h in zip(mean, half)], alpha=0.2)
+    if threshold is not None:
+        ax.axhline(threshold, color="grey", linestyle="--", linewidth=1, label=f"threshold {threshold}")
+    ax.set_xlabel("updates (0: after the warm start)")
+    ax.set_ylabel("P(right decision), mean over probe states")
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path)
+    return path

@@ -19,7 +19,7 @@ same reset seeds). Results are the mean over seeds with a 95% t-interval over se
 
 Example:
     >>> sorted(CLAIMS)
-    ['budgets', 'compaction', 'fork', 'recovery']
+    ['budgets', 'compaction', 'fork', 'recovery', 'summary']
     >>> [arm.name for arm in CLAIMS["compaction"].arms]
     ['broadcast', 'mosaic']
 """
@@ -55,7 +55,26 @@ FORK_STYLES = [
     {"fork": False, "error_rate": 0.0},
 ]
 
+# The summary preset's learner: PPO with 2 epochs of 2 minibatches and a target KL (measured on this preset: the
+# probe rose 0.43 -> 0.85 in 6 broadcast iterations at KL 0.02-0.04 per update; one epoch of one step at lr 1e-3
+# had no trust region, docs/findings.md).
+SUMMARY_PG = {"lr": 1e-3, "epochs": 2, "minibatches": 2, "target_kl": 0.03}
+
 PRESETS: dict[str, dict[str, Any]] = {
+    # The session decision is the lever: every episode's first session fills its window (search, open), and the
+    # forced compaction offers the complete summary and a lossy one (summary_choices). At T=5 the complete one is
+    # needed (search, open, compact, answer; a lossy one leaves no steps to read again), so what the session hands
+    # on decides the reward. The warm start clones demonstrations that take the lossy summary half the time and
+    # then read again (at a budget of 12, so they succeed and are cloned): the policy starts near P(complete) =
+    # 0.4-0.5, and the probe measures that probability exactly at 32 fixed compaction states after every update.
+    "summary": {
+        "env_id": "mosaic/WebQA-v0",
+        "env_kwargs": {"site_size": 600, "hops": 1, "max_steps": 5, "candidates": True, "session_max_tokens": 600,
+                       "summary_choices": True},
+        "bc_styles": [{"lossy_summary": 0.5}], "bc_max_steps": 12, "length_normalize": True, "probe": "summary",
+        "iterations": 15, "tasks_per_iter": 6, "group_size": 8, "eval_episodes": 4, "eval_greedy": True,
+        "num_envs": 24, "pg": SUMMARY_PG,
+    },
     # One-hop tasks fit one window; two-hop (chain, long, inverted) tasks fill it: compaction is optional on
     # the first and needed on the second. compact(...) is among the candidates at every step.
     "compaction": {
@@ -80,9 +99,10 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 # --quick: the same presets on a small site with tiny runs of the smallest model (what the tests run; the numbers
 # mean nothing).
-QUICK = {"model": "tiny-100k", "bc_episodes": 4, "bc_epochs": 1, "iterations": 1, "tasks_per_iter": 1,
+QUICK = {"model": "tiny-100k", "bc_episodes": 4, "bc_epochs": 1, "iterations": 1, "tasks_per_iter": 1, "probe_states": 4,
          "group_size": 2, "eval_episodes": 1, "eval_tasks": 3, "num_envs": 4, "continuations": 1}
 QUICK_ENV = {"compaction": {"site_size": 120, "hops": 1, "session_max_tokens": 700, "max_steps": 8},
+             "summary": {"site_size": 120, "hops": 1, "session_max_tokens": 600, "max_steps": 5},
              "fork": {"site_size": 120, "hops": 2, "max_steps": 12, "session_max_tokens": 1600}}
 # Sized to fit a working session: the compaction claim (3 warm starts, 6 RL runs) took 51 minutes with --jobs 2 on
 # 2 cores shared with other work.
@@ -109,6 +129,9 @@ class Claim:
 
 
 CLAIMS: dict[str, Claim] = {
+    "summary": Claim("summary", (Arm("broadcast", {"algo": "broadcast"}), Arm("mosaic", {"algo": "mosaic"})),
+                     "credit", "Does Mosaic learn what a session should hand on (the complete summary) faster than "
+                               "broadcast?"),
     "compaction": Claim("compaction", (Arm("broadcast", {"algo": "broadcast"}), Arm("mosaic", {"algo": "mosaic"})),
                         "credit", "Does Mosaic beat broadcast in the compaction setting, with fewer sessions?"),
     "fork": Claim("fork", (Arm("broadcast", {"algo": "broadcast"}), Arm("mosaic", {"algo": "mosaic"})),
@@ -137,8 +160,9 @@ def _settings(claim: str, quick: bool) -> tuple[Claim, dict[str, Any]]:
 def _config(settings: dict[str, Any], seed: int, folder: Path, **changes: Any) -> TrainConfig:
     # Micro-batches of 2,048 padded tokens: the update's tree-masked candidate scoring is 2-3x faster than at
     # 32,768 (attention over fewer rows at once), and it is most of an RL iteration's time in these presets.
-    return TrainConfig(**{**settings, **changes}, seed=seed, out=str(folder),
-                       pg=PGConfig(lr=STUDY_LR, micro_batch_tokens=STUDY_MICRO_BATCH_TOKENS))
+    settings = {**settings, **changes}
+    pg = {"lr": STUDY_LR, "micro_batch_tokens": STUDY_MICRO_BATCH_TOKENS, **settings.pop("pg", {})}
+    return TrainConfig(**settings, seed=seed, out=str(folder), pg=PGConfig(**pg))
 
 
 STUDY_MICRO_BATCH_TOKENS = 2048
@@ -338,6 +362,9 @@ def summarize(claim: str, out: str | Path, seeds: int = 3, quick: bool = False) 
         results["recovery"] = {name: _recovery_results(r) for name, r in runs.items()}
     if spec.kind == "credit":
         results["credit"] = _credit_results(runs, plot=folder / "credit")
+    probe = _probe_results(runs, a, b)
+    if probe:
+        results["probe"] = probe
     results["verdict"] = _verdict(spec, results)
     (folder / "results.json").write_text(json.dumps(results, indent=2))
     (folder / "results.md").write_text(markdown(results))
@@ -346,6 +373,11 @@ def summarize(claim: str, out: str | Path, seeds: int = 3, quick: bool = False) 
     if runs:
         plot_study({name: [r["history"] for r in seeds_.values()] for name, seeds_ in runs.items()},
                    folder / "curves.png", title=f"{claim}: {spec.question}")
+        if probe:
+            from .plots import plot_probe
+
+            plot_probe({name: arm["curve"] for name, arm in probe["arms"].items()}, folder / "probe.png",
+                       threshold=PROBE_THRESHOLD, title=f"{claim}: P(right session decision) at fixed states")
         curves = {name: _pass_curves(seeds_) for name, seeds_ in runs.items()}
         if any(curves.values()):
             plot_pass_at_t(curves, folder / "pass_at_t.png", title=f"{claim}: held-out Pass@(1,T)")
@@ -505,6 +537,107 @@ def _credit_results(runs: dict[str, dict[int, dict[str, Any]]],
     return out
 
 
+PROBE_THRESHOLD = 0.9  # a run has learned the session decision when the probe's mean reaches this
+# Student-t quantiles for a power statement: one-sided 0.80 by degrees of freedom 1..30 (beyond, the normal's).
+_T80 = [1.376, 1.061, 0.978, 0.941, 0.920, 0.906, 0.896, 0.889, 0.883, 0.879, 0.876, 0.873, 0.870, 0.868, 0.866,
+        0.865, 0.863, 0.862, 0.861, 0.860, 0.859, 0.858, 0.858, 0.857, 0.856, 0.856, 0.855, 0.855, 0.854, 0.854]
+
+
+def detectable(values: Sequence[float]) -> float | None:
+    """The smallest true mean of paired differences like ``values`` that a two-sided 5% t-test over them would
+    find with 80% power: ``(t_0.975 + t_0.80) * sd / sqrt(n)`` at ``n - 1`` degrees of freedom (None below 2).
+
+    >>> detectable([0.1, -0.1, 0.2, 0.0])
+    0.289
+    """
+    xs = np.array([v for v in values if v is not None], float)
+    if xs.size < 2:
+        return None
+    df = xs.size - 1
+    t95 = _T95[df - 1] if df - 1 < len(_T95) else 1.96
+    t80 = _T80[df - 1] if df - 1 < len(_T80) else 0.842
+    return round(float((t95 + t80) * xs.std(ddof=1) / math.sqrt(xs.size)), 3)
+
+
+def probe_curve(run: dict[str, Any]) -> list[float] | None:
+    """A run's probe after its warm start, then after each update (None when the run has no probe)."""
+    start = (run["summary"].get("probe_warm_start") or {}).get("probe_summary")
+    after = [m.get("probe_summary") for m in run["history"]]
+    if start is None or any(v is None for v in after):
+        return None
+    return [start, *after]
+
+
+def updates_to(curve: Sequence[float], threshold: float = PROBE_THRESHOLD) -> tuple[int, bool]:
+    """The updates a probe curve took to reach ``threshold`` (0: already there after the warm start), and whether
+    it did; a curve that never does counts as one more than it has (censored: a lower bound).
+
+    >>> updates_to([0.4, 0.7, 0.92, 0.95]), updates_to([0.4, 0.5])
+    ((2, True), (2, False))
+    """
+    for k, value in enumerate(curve):
+        if value >= threshold:
+            return k, True
+    return len(curve), False
+
+
+def _probe_results(runs: dict[str, dict[int, dict[str, Any]]], a: str, b: str) -> dict[str, Any] | None:
+    """Per arm: the probe's curve (interval over seeds per update), its start and end, area under the curve (the
+    mean over the warm start and every update), updates to :data:`PROBE_THRESHOLD`; and ``b`` minus ``a`` paired by
+    seed for each, with the smallest difference the seeds could detect (:func:`detectable`)."""
+    curves = {name: {seed: c for seed, r in seeds.items() if (c := probe_curve(r)) is not None}
+              for name, seeds in runs.items()}
+    if not any(curves.values()):
+        return None
+    out: dict[str, Any] = {"threshold": PROBE_THRESHOLD, "arms": {}, "paired": {}}
+    stats: dict[str, dict[int, dict[str, float]]] = {}
+    for name, per_seed in curves.items():
+        if not per_seed:
+            continue
+        length = min(len(c) for c in per_seed.values())
+        stats[name] = {}
+        for seed, c in per_seed.items():
+            c = c[:length]
+            reached, ok = updates_to(c)
+            held = runs[name][seed]["summary"]
+            greedy = [held.get(k, {}).get("greedy", {}).get("success") for k in ("success_warm_start", "success_final")]
+            stats[name][seed] = {"start": c[0], "final": c[-1], "gain": c[-1] - c[0], "auc": float(np.mean(c)),
+                                 "updates_to": reached, "reached": float(ok),
+                                 "greedy_gain": None if None in greedy else greedy[1] - greedy[0],
+                                 "rl_gain": held.get("rl_gain")}
+        out["arms"][name] = {
+            "seeds": sorted(per_seed), "updates": length - 1,
+            "curve": [interval([c[k] for c in per_seed.values()]) for k in range(length)],
+            **{key: interval([v[key] for v in stats[name].values()])
+               for key in ("start", "final", "gain", "auc", "updates_to", "reached", "greedy_gain", "rl_gain")},
+            "gain_detectable": detectable([v["gain"] for v in stats[name].values()])}
+    common = sorted(set(stats.get(a, {})) & set(stats.get(b, {})))
+    for key in ("final", "auc", "updates_to", "greedy_gain", "rl_gain"):
+        diffs = [stats[b][s][key] - stats[a][s][key] for s in common
+                 if stats[b][s][key] is not None and stats[a][s][key] is not None]
+        out["paired"][key] = {**interval(diffs), "detectable": detectable(diffs)}
+    out["paired"]["seeds"] = common
+    return out
+
+
+def _probe_verdict(probe: dict[str, Any], a: str, b: str) -> list[str]:
+    lines = []
+    for name, arm in probe["arms"].items():
+        lines.append(f"{name} learns the session decision (probe after {arm['updates']} updates minus after the warm "
+                     f"start: {_shown(arm['start'])} → {_shown(arm['final'])}, gain {_shown(arm['gain'])}): "
+                     f"{_held(arm['gain'])}; reached {probe['threshold']} in {_shown(arm['reached'], 2)} of runs, "
+                     f"after {_shown(arm['updates_to'], 1)} updates")
+    p = probe["paired"]
+    if p["seeds"]:
+        mde = lambda key: f"smallest detectable difference {p[key]['detectable']}"  # noqa: E731
+        lines += [f"{b} - {a}, updates to reach {probe['threshold']} (paired by seed, {len(p['seeds'])} seeds): "
+                  f"{_shown(p['updates_to'], 2)}: {b} faster {_held(p['updates_to'], -1)} ({mde('updates_to')})",
+                  f"{b} - {a}, area under the probe curve: {_shown(p['auc'])}: {_held(p['auc'])} ({mde('auc')})",
+                  f"{b} - {a}, probe after the last update: {_shown(p['final'])}: {_held(p['final'])} "
+                  f"({mde('final')})"]
+    return lines
+
+
 def _verdict(spec: Claim, results: dict[str, Any]) -> list[str]:
     a, b = spec.arms[0].name, spec.arms[1].name
     paired = results["paired"]
@@ -512,7 +645,8 @@ def _verdict(spec: Claim, results: dict[str, Any]) -> list[str]:
         return [f"{b} - {a} held-out success (paired by seed): {_shown(paired['success'])}: "
                 f"{_held(paired['success'])}",
                 f"{b} - {a} sessions per trajectory: {_shown(paired['sessions'])}: fewer sessions "
-                f"{_held(paired['sessions'], -1)}"]
+                f"{_held(paired['sessions'], -1)}"] + (_probe_verdict(results["probe"], a, b)
+                                                        if "probe" in results else [])
     if spec.kind == "budgets":
         budgets = results["budgets"]
         return [f"{a}: RL gain at the largest T minus at the smallest T: "
@@ -579,6 +713,23 @@ def _credit_markdown(credit: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _probe_markdown(probe: dict[str, Any]) -> list[str]:
+    """The probe's table: per arm, and the second arm minus the first paired by seed (probe.png: the curves)."""
+    arms = list(probe["arms"])
+    rows = [("probe after the warm start", "start"), ("probe after the last update", "final"),
+             ("gain", "gain"), ("area under the curve", "auc"), (f"updates to {probe['threshold']}", "updates_to"),
+             (f"runs that reached {probe['threshold']}", "reached"), ("held-out greedy success, gain", "greedy_gain"),
+             ("held-out sampled success, gain", "rl_gain")]
+    lines = [f"The probe: P(complete summary) at fixed compaction states, exact (mean ± 95% interval over seeds; "
+             f"a run that never reached {probe['threshold']} counts its updates + 1):", "",
+             "| | " + " | ".join(arms) + " | paired difference (smallest detectable) |", "|---|" + "---|" * (len(arms) + 1)]
+    for label, key in rows:
+        paired = probe["paired"].get(key)
+        cell = f"{_shown(paired)} ({paired['detectable']})" if paired else ""
+        lines.append(f"| {label} | " + " | ".join(_shown(probe["arms"][a][key]) for a in arms) + f" | {cell} |")
+    return lines + [""]
+
+
 def markdown(results: dict[str, Any]) -> str:
     """The results as Markdown: a table per stage and arm, the paired comparison and the verdict."""
     arms = list(results["arms"])
@@ -609,6 +760,8 @@ def markdown(results: dict[str, Any]) -> str:
             lines.append(f"- {name}: RL gain at T " + ", ".join(f"{t}: {_shown(c)}" for t, c in b["gain_at"].items())
                          + f"; Pass@(1,T) spread across T {_shown(b['spread_across_t'])}")
         lines.append("")
+    if "probe" in results:
+        lines += _probe_markdown(results["probe"])
     if "credit" in results:
         lines += _credit_markdown(results["credit"]) or [
             "Where Mosaic's credit differs from broadcast's: no Mosaic run of this claim logged training groups "
