@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import numpy as np
 import pytest
 
 from algos.config import WARM_START_FREE, changed_settings
@@ -135,3 +136,47 @@ def test_bad_counts_are_one_usage_line(capsys, flag, value, hint):
 def test_bad_arguments_are_one_line(capsys):
     with pytest.raises(SystemExit):
         main(["study", "everything"])
+
+
+def test_summary_quick_reports_the_probe_paired_by_seed(tmp_path, capsys):
+    """`mosaic study summary --quick`: both arms from one warm start per seed, the probe measured after the warm
+    start and after every update, and the probe's table, verdict and plot."""
+    out = tmp_path / "study"
+    assert main(["study", "summary", "--quick", "--seeds", "2", "--out", str(out), "--no-progress"]) == 0
+    shown = capsys.readouterr().out
+    results = json.loads((out / "summary" / "results.json").read_text())
+    probe = results["probe"]
+    for arm in ("broadcast", "mosaic"):
+        a = probe["arms"][arm]
+        assert a["seeds"] == [0, 1] and a["updates"] == 1 and len(a["curve"]) == 2
+        assert 0 <= a["start"]["mean"] <= 1 and a["updates_to"]["n"] == 2
+    # Paired by seed: both arms start RL from seed k's one warm start, so their probes after it are equal.
+    for seed in (0, 1):
+        starts = {arm: json.loads((out / "summary" / arm / f"seed{seed}" / "summary.json").read_text())
+                  ["probe_warm_start"]["probe_summary"] for arm in ("broadcast", "mosaic")}
+        assert starts["broadcast"] == starts["mosaic"]
+    assert probe["paired"]["seeds"] == [0, 1] and probe["paired"]["auc"]["n"] == 2
+    assert (out / "summary" / "probe.png").is_file()
+    assert "The probe: P(complete summary)" in shown and "updates to reach 0.9" in shown
+
+
+@pytest.mark.parametrize("values,expected", [([0.0, 0.0], 0.0), ([0.1], None), ([1.0, 3.0], None)])
+def test_the_smallest_detectable_difference_follows_the_t_quantiles(values, expected):
+    from algos.study import _T80, _T95, detectable
+
+    got = detectable(values)
+    if len(values) < 2:
+        assert got is None
+    elif expected is not None:
+        assert got == expected
+    else:  # two values: df 1, (12.706 + 1.376) * sd / sqrt(2)
+        sd = float(np.std(values, ddof=1))
+        assert got == pytest.approx((_T95[0] + _T80[0]) * sd / np.sqrt(2), abs=1e-3)
+
+
+def test_updates_to_threshold_counts_a_run_that_never_reaches_it_as_censored():
+    from algos.study import updates_to
+
+    assert updates_to([0.95]) == (0, True)
+    assert updates_to([0.5, 0.89, 0.9]) == (2, True)
+    assert updates_to([0.5, 0.6, 0.7]) == (3, False)
