@@ -14,6 +14,9 @@ def test_iteration_bench_runs_every_algorithm_on_the_same_episodes(tmp_path):
     assert iteration["same_trajectories"], iteration["rows"]  # the three rows ran the same episodes
     assert iteration["rows"]["broadcast"]["continuations_s"] == iteration["rows"]["broadcast"]["scoring_s"] == 0
     assert iteration["rows"]["mosaic-rollout"]["continuations_s"] > 0 < iteration["rows"]["mosaic-likelihood"]["scoring_s"]
+    fork = iteration["fork"]  # the study's fork preset (its quick settings here): broadcast and Mosaic
+    assert fork["config"]["env_id"] == "mosaic/WebQA-Fork-v0" and fork["same_trajectories"], fork["rows"]
+    assert fork["rows"]["fork-broadcast"]["continuations_s"] == 0 < fork["rows"]["fork-mosaic"]["continuations_s"]
     memory = iteration["memory"]
     # (at smoke size a run's peak can be the bare process's own, reached while both load the same libraries)
     assert memory["peak_rss_mb"] >= memory["bare_peak_rss_mb"] > 0

@@ -10,6 +10,13 @@ in what the credit assignment adds. Each row's phases come from the iteration's 
 estimator, ``time_update``); ``ratio`` is a row's total over broadcast's. The issue's goals: likelihood at most
 1.2x broadcast, rollout at most 2x at M = 2 continuations.
 
+Two more rows run the study's fork preset (``mosaic study fork``, :data:`algos.study.PRESETS`: compare tasks
+that a policy may fork into one subagent per item, a 2,400-token window, 4 groups of 8 at 32 envs), its
+seed-0 run's config warm-started on the preset's varied demonstrations: broadcast and Mosaic (rollout
+estimator), on the same tasks and seeds; ``fork-mosaic``'s ratio is to ``fork-broadcast`` (goal: at most 2x).
+Forks put a parent's long context and its children's short ones in one batch of the acting agent: the row
+that measures what that costs. ``--quick`` and ``--smoke`` run the study's quick fork settings.
+
 Memory: ``mosaic train`` runs in a subprocess (the demo defaults, or tiny settings with ``--quick``, and
 ``--memory-iterations`` RL iterations) and its peak RSS (the child's own high-water mark) stands beside a bare
 subprocess that imports the same libraries and builds the same model, the floor any run pays.
@@ -45,6 +52,7 @@ from algos.bc import TeacherForcing, clone
 from algos.config import TrainConfig
 from algos.pg import PolicyGradient
 from algos.rollout import Collector, Request
+from algos.study import warm_start_configs
 from algos.train import budget_sampler, make_agent, rl_iteration
 from mosaic_gym.bench.common import (add_settings_flags, emit, figure, fill_defaults, machine, settings_argv,
                                      torch_machine)
@@ -54,6 +62,8 @@ ROWS = (("broadcast", "broadcast", "rollout"), ("mosaic-rollout", "mosaic", "rol
         ("mosaic-likelihood", "mosaic", "likelihood"))
 PHASES = ("rollouts", "continuations", "scoring", "update")
 GOALS = {"mosaic-rollout": 2.0, "mosaic-likelihood": 1.2}
+FORK_ROWS = (("fork-broadcast", "broadcast", "rollout"), ("fork-mosaic", "mosaic", "rollout"))
+FORK_GOALS = {"fork-mosaic": 2.0}  # (to fork-broadcast)
 # --quick: a small site, 4 steps and one group of two, so the three iterations and the memory run take seconds.
 QUICK_CONFIG = dict(model="tiny-100k", tasks_per_iter=1, group_size=2, num_envs=2)
 QUICK_ENV = {"site_size": 120, "max_steps": 4}
@@ -70,18 +80,29 @@ def iteration_config(args: argparse.Namespace) -> TrainConfig:
     return dataclasses.replace(base, env_kwargs={**base.env_kwargs, **QUICK_ENV}, **QUICK_CONFIG)
 
 
+def fork_config(args: argparse.Namespace) -> TrainConfig:
+    """The study's fork preset as its seed-0 RL run sets it (its quick settings unless ``full``)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        config = warm_start_configs("fork", tmp, seeds=1, quick=args.settings != "full")[0]
+    return dataclasses.replace(config, out=None, iterations=1)
+
+
 def starting_policy(config: TrainConfig, env: gym.Env, bc_episodes: int) -> tuple[Any, Any]:
-    """The tiny model for ``env`` (seed 0), warm-started on ``bc_episodes`` oracle demonstrations if any."""
+    """The tiny model for ``env`` (seed 0), warm-started on ``bc_episodes`` oracle demonstrations if any, in
+    the config's oracle styles in turn (``bc_styles``) as ``mosaic train`` does."""
     model, tokenizer = load_model(config.model, texts=default_texts(env=env), seed=config.seed)
     model.eval()
     if bc_episodes > 0:
         agent = LLMAgent(model, tokenizer, mode=config.mode, seed=config.seed)
-        teacher = TeacherForcing(OracleAgent(env, compact_at=config.bc_compact_at, fork=config.bc_fork), agent)
         tasks = env.unwrapped.tasks
         requests = [Request(seed=config.seed * 100_003 + k, options={"task_id": tasks[k % len(tasks)].id})
                     for k in range(bc_episodes)]
         collector = Collector(lambda: gym.make(config.env_id, **config.env_kwargs), config.num_envs)
-        demos = collector.run(teacher, requests)
+        styles = config.bc_styles or [{"compact_at": config.bc_compact_at}]
+        demos = []
+        for n, style in enumerate(styles):
+            oracle = OracleAgent(env, **{"fork": config.bc_fork, **style}, seed=config.seed * 1_009 + n)
+            demos += collector.run(TeacherForcing(oracle, agent), requests[n :: len(styles)])
         clone(model, demos, config.bc_epochs, config.bc_lr, seed=config.seed)
         model.eval()
     return model, tokenizer
@@ -134,11 +155,38 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                                         "quick: 0, a fresh model)")
     parser.add_argument("--memory-iterations", type=int, default=1, help="RL iterations of the memory run")
     parser.add_argument("--no-memory", action="store_true", help="skip the mosaic train memory run")
+    parser.add_argument("--no-fork", action="store_true", help="skip the fork preset's rows")
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--out", type=Path, help="also write the JSON here")
     args = fill_defaults(parser.parse_args(argv), {"full": {"bc_episodes": 30}, "quick": {"bc_episodes": 0},
                                                   "smoke": {"bc_episodes": 0}})
     return args
+
+
+def iteration_rows(base: TrainConfig, bc_episodes: int, names: Any, goals: dict[str, float]
+                   ) -> dict[str, dict[str, Any]]:
+    """One iteration per ``(name, algo, estimator)`` from one starting policy, each phase's seconds and its
+    ratio to the first row's total (the goals: ``goals[name]``, at most that ratio)."""
+    env = gym.make(base.env_id, **base.env_kwargs)
+    model, tokenizer = starting_policy(base, env, bc_episodes)
+    rows = {}
+    for name, algo, estimator in names:
+        metrics = one_iteration(dataclasses.replace(base, algo=algo, estimator=estimator), model, tokenizer, env)
+        rows[name] = {"algo": algo, "estimator": estimator,
+                      **{f"{p}_s": metrics[f"time_{p}"] for p in PHASES}, "total_s": metrics["time_total"],
+                      "success": metrics["success"], "sessions": metrics["sessions"], "steps": metrics["steps"],
+                      "units": metrics["tokens"], "update_sequences": metrics["sequences_run"]}
+    first = rows[names[0][0]]["total_s"]
+    for name, row in rows.items():
+        row["ratio_to_broadcast"] = round(row["total_s"] / first, 3)
+        if name in goals:
+            row["goal_ratio"], row["goal_met"] = goals[name], row["ratio_to_broadcast"] <= goals[name]
+    return rows
+
+
+def same_trajectories(rows: dict[str, dict[str, Any]]) -> bool:
+    """Whether every row's rollouts had the same outcome (success, sessions and steps)."""
+    return len({(r["success"], r["sessions"], r["steps"]) for r in rows.values()}) == 1
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
@@ -147,21 +195,18 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         torch.set_num_threads(args.threads)
     memory = None if args.no_memory else train_memory(args)
     base = iteration_config(args)
-    env = gym.make(base.env_id, **base.env_kwargs)
-    model, tokenizer = starting_policy(base, env, args.bc_episodes)
-    rows = {}
-    for name, algo, estimator in ROWS:
-        metrics = one_iteration(dataclasses.replace(base, algo=algo, estimator=estimator), model, tokenizer, env)
-        rows[name] = {"algo": algo, "estimator": estimator,
-                      **{f"{p}_s": metrics[f"time_{p}"] for p in PHASES}, "total_s": metrics["time_total"],
-                      "success": metrics["success"], "sessions": metrics["sessions"], "steps": metrics["steps"],
-                      "units": metrics["tokens"], "update_sequences": metrics["sequences_run"]}
-    broadcast = rows["broadcast"]["total_s"]
-    for name, row in rows.items():
-        row["ratio_to_broadcast"] = round(row["total_s"] / broadcast, 3)
-        if name in GOALS:
-            row["goal_ratio"], row["goal_met"] = GOALS[name], row["ratio_to_broadcast"] <= GOALS[name]
-    same = len({(r["success"], r["sessions"], r["steps"]) for r in rows.values()}) == 1
+    rows = iteration_rows(base, args.bc_episodes, ROWS, GOALS)
+    fork = None
+    if not args.no_fork:
+        config = fork_config(args)
+        fork_rows = iteration_rows(config, config.bc_episodes, FORK_ROWS, FORK_GOALS)
+        fork = {"config": {"env_id": config.env_id, "env_kwargs": config.env_kwargs, "model": config.model,
+                           "tasks_per_iter": config.tasks_per_iter, "group_size": config.group_size,
+                           "num_envs": config.num_envs, "continuations": config.continuations,
+                           "length_normalize": config.length_normalize,
+                           "policy": f"warm-started on {config.bc_episodes} demonstrations in "
+                                     f"{len(config.bc_styles or [None])} styles"},
+                "same_trajectories": same_trajectories(fork_rows), "rows": fork_rows}
     return {
         "bench": "iteration",
         "settings": args.settings,
@@ -172,8 +217,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                    "micro_batch_tokens": base.pg.micro_batch_tokens,
                    "policy": f"warm-started on {args.bc_episodes} demonstrations" if args.bc_episodes
                    else "fresh (untrained) tiny model"},
-        "same_trajectories": same,
+        "same_trajectories": same_trajectories(rows),
         "rows": rows,
+        "fork": fork,
         "memory": memory,
     }
 
@@ -190,6 +236,12 @@ def figures(result: dict[str, Any]) -> list[dict[str, Any]]:
     out = [figure("RL iteration, broadcast", broadcast, "s")]
     out += [figure(f"RL iteration, {name} (goal <= {GOALS[name]}x)", rows[name]["total_s"], "s",
                    "broadcast, same tasks and seeds", broadcast) for name in GOALS]
+    if result["fork"] is not None:
+        fork = result["fork"]["rows"]
+        out.append(figure("RL iteration, fork preset, broadcast", fork["fork-broadcast"]["total_s"], "s"))
+        out.append(figure(f"RL iteration, fork preset, mosaic (goal <= {FORK_GOALS['fork-mosaic']}x)",
+                          fork["fork-mosaic"]["total_s"], "s", "fork preset, broadcast",
+                          fork["fork-broadcast"]["total_s"]))
     memory = result["memory"]
     if memory is not None:
         out.append(figure("mosaic train, peak RSS (goal <= 1536 MiB)", memory["peak_rss_mb"], "MiB",
