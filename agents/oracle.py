@@ -1,4 +1,8 @@
-"""The oracle: solves builtin tasks from the site's ground truth (their gold paths).
+"""The oracle: solves tasks from the site's ground truth (their gold paths).
+
+Builtin tasks all have one; a corpus task has one when ``tasks.jsonl`` lists its ``evidence_docs`` or
+``gold_docs`` (docs/corpus.md). The oracle refuses a task without one (:class:`NoGoldPathError`): answering
+the gold string without reading anything would teach a warm start to guess.
 
 It mirrors the env's browser (same site, same chunking) to turn gold steps into the actions an agent would
 take: ``open(k)`` by link number when the page on screen links there, scrolling until the expected fact
@@ -27,7 +31,7 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -56,6 +60,21 @@ class _Plan:
     lossy: bool = False  # it compacted with the lossy summary: the next session starts its research again
 
 
+class NoGoldPathError(ValueError):
+    """A task the oracle is asked to solve has no gold path; the message names the tasks and the fix."""
+
+
+def check_gold_paths(tasks: Sequence[Task]) -> None:
+    """Raise :class:`NoGoldPathError` naming the ``tasks`` that have no gold path."""
+    missing = [t.id for t in tasks if not t.gold_path]
+    if missing:
+        named = ", ".join(repr(i) for i in missing[:3]) + (", ..." if len(missing) > 3 else "")
+        raise NoGoldPathError(
+            f"the oracle follows gold paths, and {len(missing)} of {len(tasks)} task(s) have none ({named}): list "
+            f'each task\'s "evidence_docs" or "gold_docs" in tasks.jsonl (docs/corpus.md), or use another agent'
+        )
+
+
 class OracleAgent(Agent):
     """Follows gold paths. ``env_or_site``: an env (its site and chunking are used) or a :class:`Site`.
 
@@ -73,6 +92,9 @@ class OracleAgent(Agent):
         max_scrolls: when reading (``compact_at`` set), scroll at most this far down a page, then ``find`` the
             fact: a reader skims, and the budget stays enough for the deepest pages.
         seed: seeds the errors (per step in a ``Collector`` run: :func:`agents.base.step_rng`).
+
+    Raises:
+        NoGoldPathError: a task of the env (or, given a site, the task it is asked to act on) has no gold path.
     """
 
     def __init__(self, env_or_site: Any, compact_at: float | None = None, fork: bool = False,
@@ -90,6 +112,7 @@ class OracleAgent(Agent):
             # Knobs the env cannot honour are off: no forks in a fork-less variant, and so on.
             fork = fork and unwrapped.allow_fork
             compact_at = compact_at if unwrapped.allow_compact else None
+            check_gold_paths(unwrapped.tasks)
         if not 0.0 <= error_rate <= 1.0:
             raise ValueError(f"error_rate must be in [0, 1], got {error_rate}")
         if not 0.0 <= lossy_summary <= 1.0:
@@ -153,6 +176,7 @@ class OracleAgent(Agent):
 
     def _plan_for(self, plans: dict[int, _Plan], info: dict[str, Any]) -> _Plan:
         task = self._task_by_id(info["task_id"])
+        check_gold_paths([task])
         kind, parent = info["session_kind"], info["parent_id"]
         if kind == "compact" and parent in plans:
             old = plans.pop(parent)

@@ -474,7 +474,10 @@ class WebQAEnv(gym.Env[str, str]):
             url = target.strip()
         parts = urllib.parse.urlsplit(url)
         if parts.scheme in ("http", "https") and parts.netloc:
-            raise ActionError(f"{url} is outside this website; only its own pages can be opened")
+            local = self.site.local_path(url)  # a corpus document's own URL opens its page
+            if local is None:
+                raise ActionError(f"{url} is outside this website; only its own pages can be opened")
+            return local
         if parts.scheme or not url.startswith("/"):
             url = "/" + url.lstrip("/")
         return url

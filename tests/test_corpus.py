@@ -190,9 +190,9 @@ def test_default_split_is_fixed_and_near_one_fifth_test():
 
 def test_tasks_round_trip_through_tasks_jsonl(tmp_path):
     tasks = load_corpus(HTML).tasks
-    (tmp_path / "index.html").write_text("<title>Home</title>")
+    shutil.copytree(HTML, tmp_path, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".mosaic-index", "tasks.jsonl"))
     write_tasks(tasks, tmp_path / "tasks.jsonl")
-    assert load_corpus(tmp_path).tasks == tasks
+    assert load_corpus(tmp_path).tasks == tasks and all(t.gold_path for t in tasks)
     assert task_record(tasks[0])["id"] == "lunder-1"
 
 

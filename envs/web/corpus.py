@@ -12,12 +12,14 @@ Two layouts load, each with an optional ``tasks.jsonl`` beside the pages:
 
   with ``"html"`` instead of ``"text"`` for HTML documents (text is shown as simple paragraphs). The page
   path is ``url`` when it is a site path (``wiki/X`` counts as ``/wiki/X``), ``/<host><path>`` for an
-  absolute URL, and ``/doc/<id>`` when ``url`` is absent or its path is already taken.
+  absolute URL (which opens too: ``open("https://example.org/wiki/X")`` shows ``/example.org/wiki/X``), and
+  ``/doc/<id>`` when ``url`` is absent or its path is already taken.
 
 **BrowseComp-Plus field names** load as they are: a document's ``docid`` is its ``id`` and its ``title``
-may be left out (the text's first line stands in); a query's ``query_id`` and ``query`` are a task's ``id`` and
-``question``, and its ``gold_docs``, ``negative_docs`` and ``evidence_docs`` are ignored. Save the queries as
-``tasks.jsonl`` beside ``documents.jsonl``.
+may be left out (the text's first line stands in, shown once: a ``---`` front-matter block's ``title:``, else
+the first line, then not repeated as a heading); a query's ``query_id`` and ``query`` are a task's ``id`` and
+``question``, and its ``evidence_docs`` and ``gold_docs`` are its gold path (its ``negative_docs`` are
+ignored). Save the queries as ``tasks.jsonl`` beside ``documents.jsonl``.
 
 The search index over the pages is saved beside them, in the hidden folder ``.mosaic-index/``, and mapped by
 every later process (:mod:`envs.web.bm25`); it is rebuilt when a corpus file's size or modification time changes.
@@ -27,7 +29,13 @@ every later process (:mod:`envs.web.bm25`); it is rebuilt when a corpus file's s
     {"id": "t1", "question": "Who ...?", "answer": "Edra Vane", "aliases": ["Vane"]}
 
 with optional ``hops`` (int, default 1), ``family`` (default ``"corpus"``), ``answer_kind`` (default
-``"text"``) and ``split`` (``"train"``/``"test"``; by default a fixed hash of the id puts about 20% in test).
+``"text"``), ``split`` (``"train"``/``"test"``; by default a fixed hash of the id puts about 20% in test, the
+rest in train, so an env's default ``split="train"`` has tasks), ``search_queries`` (what the env's candidates
+offer to search; by default the names the question mentions, then the question itself: :func:`question_queries`)
+and ``evidence_docs``/``gold_docs`` (lists of document ids or page paths, or BrowseComp-Plus's objects with a
+``docid``): the gold path the oracle follows is a search, then opening each evidence document and each gold
+document, reading on to the answer where a gold document states it (:func:`gold_path`). A task without them has
+no gold path, and the oracle refuses it.
 Anything malformed raises :class:`CorpusError` naming the file, the line and what a valid line looks like
 (bytes that are not UTF-8, numbers past Python's 4,300-digit limit and JSON nested past its recursion limit
 included). Links in an HTML folder that lead nowhere (a loop, a missing target) are skipped with a
@@ -57,7 +65,7 @@ from typing import Any, Iterator, Sequence
 from ..checks import shown
 from .browser import html_text, html_title
 from .site import Site
-from .types import Document, Task
+from .types import Document, GoldStep, Task
 
 TASKS_FILE = "tasks.jsonl"
 DOCUMENTS_FILE = "documents.jsonl"
@@ -68,13 +76,21 @@ SPLITS = ("train", "test")
 _DOCUMENT_EXAMPLE = '{"id": "d1", "url": "/wiki/Edra_Vane", "title": "Edra Vane", "text": "Edra Vane was a painter."}'
 TASK_EXAMPLE = '{"id": "t1", "question": "Who ...?", "answer": "Edra Vane", "aliases": ["Vane"]}'
 _DOCUMENT_KEYS = ("id", "url", "title", "text", "html")
-_TASK_KEYS = ("id", "question", "answer", "aliases", "hops", "family", "answer_kind", "split")
+_TASK_KEYS = ("id", "question", "answer", "aliases", "hops", "family", "answer_kind", "split", "search_queries",
+              "evidence_docs", "gold_docs")
 #: The field names of BrowseComp-Plus (and of most retrieval corpora), read as ours: a document's ``docid`` is
 #: its ``id``; a query's ``query_id`` and ``query`` are a task's ``id`` and ``question``.
 DOCUMENT_KEY_ALIASES = {"docid": "id"}
 TASK_KEY_ALIASES = {"query_id": "id", "query": "question"}
 #: BrowseComp-Plus query fields that a task does not use (the documents they list are in the corpus already).
-TASK_KEYS_IGNORED = ("gold_docs", "negative_docs", "evidence_docs")
+TASK_KEYS_IGNORED = ("negative_docs",)
+#: The tasks' document lists, in the order the gold path opens them: the evidence, then the documents that
+#: state the answer.
+GOLD_DOC_KEYS = ("evidence_docs", "gold_docs")
+#: Most name spans :func:`question_queries` takes from a question.
+MAX_NAME_QUERIES = 3
+#: A gold step's note (the sentence that states the answer) is cut here.
+MAX_NOTE_CHARS = 200
 TITLE_CHARS = 120
 #: The search index is saved here, beside the pages (a hidden folder: never read as part of the corpus).
 INDEX_FOLDER = ".mosaic-index"
@@ -102,6 +118,8 @@ class CorpusPage:
         title: the page's title; ``""`` to take it from the HTML.
         text: the page's searchable text; ``None`` to take the visible text of the HTML.
         aliases: other paths that serve the same page.
+        heading: whether a text document shows its title as a heading; ``False`` when the title is the text's
+            own first line (shown once, as the text's first line).
     """
 
     path: str
@@ -109,6 +127,7 @@ class CorpusPage:
     title: str = ""
     text: str | None = None
     aliases: tuple[str, ...] = ()
+    heading: bool = True
 
 
 class CorpusSite(Site):
@@ -149,7 +168,7 @@ class CorpusSite(Site):
     def _read(self, page: CorpusPage) -> str | None:
         """The page's HTML; ``None`` when its file may not be read (see :func:`page_target`) or is gone."""
         if page.source is None:
-            return text_to_html(page.title, page.text or "")
+            return text_to_html(page.title, page.text or "", heading=page.heading)
         if not isinstance(page.source, Path):
             return page.source
         file = page.source if self.root is None else page_target(page.source, self.root)
@@ -159,6 +178,23 @@ class CorpusSite(Site):
             return file.read_text(encoding="utf-8", errors="replace")
         except OSError:  # removed or made unreadable since the corpus loaded: no such page
             return None
+
+    def local_path(self, url: str) -> str | None:
+        """The site path of a document whose own ``url`` is absolute (``https://example.org/wiki/X`` is served
+        at ``/example.org/wiki/X``), with its query; ``None`` when no page of this site has that URL."""
+        try:
+            parts = urllib.parse.urlsplit(url)
+            path = _document_path(urllib.parse.urlunsplit(parts._replace(query="", fragment="")))
+        except ValueError:  # a URL urlsplit refuses: no page has it
+            return None
+        if not parts.netloc or path not in self._routes:
+            return None
+        return f"{path}?{parts.query}" if parts.query else path
+
+    def page_document(self, ref: str) -> Document | None:
+        """The document of the page at site path ``ref``, or ``None`` when there is none."""
+        page = self._routes.get(ref)
+        return None if page is None else self._document(page)
 
     def index_location(self) -> tuple[Path, str] | None:
         if self._index_folder is None:
@@ -220,8 +256,9 @@ def load_corpus(path: str | os.PathLike) -> CorpusSite:
             f"(one JSON object a line: {_DOCUMENT_EXAMPLE})"
         )
     top = root.resolve()
-    return CorpusSite(top.name, pages, _load_tasks(root / TASKS_FILE), index_folder=top / INDEX_FOLDER / "html",
-                      root=top)
+    site = CorpusSite(top.name, pages, index_folder=top / INDEX_FOLDER / "html", root=top)
+    site.tasks = _load_tasks(root / TASKS_FILE, site)
+    return site
 
 
 # --- folders of HTML ----------------------------------------------------------------------------------
@@ -356,7 +393,7 @@ def _html_pages(root: Path) -> list[CorpusPage]:
 def _jsonl_site(file: Path) -> CorpusSite:
     pages: list[CorpusPage] = []
     taken: set[str] = set()
-    ids: set[str] = set()
+    ids: dict[str, str] = {}  # a document's id -> its page path
     for line_no, record in _records(file, _DOCUMENT_EXAMPLE):
         where = f"{file.name} line {line_no}"
         spelled = _spelling(record, DOCUMENT_KEY_ALIASES, "id")
@@ -365,11 +402,12 @@ def _jsonl_site(file: Path) -> CorpusSite:
         doc_id = _id(record, where, _DOCUMENT_EXAMPLE, spelled)
         if doc_id in ids:
             raise CorpusError(f"{where}: the id {shown(doc_id)} is used twice; every document needs its own id")
-        ids.add(doc_id)
+        heading = True
         if "title" in record or "text" not in record:
             title = _string(record, "title", where, _DOCUMENT_EXAMPLE)
         else:  # BrowseComp-Plus documents have none: the text's first line stands in
-            title = _title_from_text(_string(record, "text", where, _DOCUMENT_EXAMPLE, empty=True), doc_id)
+            title, heading, record["text"] = _title_from_text(
+                _string(record, "text", where, _DOCUMENT_EXAMPLE, empty=True), doc_id)
         if ("text" in record) == ("html" in record):
             raise CorpusError(f'{where}: give exactly one of "text" or "html"; a valid line: {_DOCUMENT_EXAMPLE}')
         url = record.get("url") or ""
@@ -388,13 +426,15 @@ def _jsonl_site(file: Path) -> CorpusSite:
             pages.append(CorpusPage(path, _string(record, "html", where, _DOCUMENT_EXAMPLE, empty=True), title))
         else:
             text = _string(record, "text", where, _DOCUMENT_EXAMPLE, empty=True)
-            pages.append(CorpusPage(path, None, title, text))
+            pages.append(CorpusPage(path, None, title, text, heading=heading))
+        ids[doc_id] = path
     if not pages:
         raise CorpusError(f"{file} holds no documents (one JSON object a line: {_DOCUMENT_EXAMPLE})")
     name = file.parent.resolve().name if file.name == DOCUMENTS_FILE else file.stem
     index_folder = file.parent.resolve() / INDEX_FOLDER / file.stem
-    return CorpusSite(name, pages, _load_tasks(file.parent / TASKS_FILE), index_folder=index_folder,
-                      files=[file.resolve()])
+    site = CorpusSite(name, pages, index_folder=index_folder, files=[file.resolve()])
+    site.tasks = _load_tasks(file.parent / TASKS_FILE, site, ids)
+    return site
 
 
 def _document_path(url: str) -> str:
@@ -405,29 +445,34 @@ def _document_path(url: str) -> str:
     return "/" + urllib.parse.unquote(parts.path).lstrip("/") if parts.path else ""
 
 
-def text_to_html(title: str, text: str) -> str:
-    """A plain-text document as a simple HTML page: its title as a heading, blank lines between paragraphs.
+def text_to_html(title: str, text: str, heading: bool = True) -> str:
+    """A plain-text document as a simple HTML page: its title as a heading (unless ``heading`` is false: the
+    text's first line is its title already), blank lines between paragraphs.
 
     >>> text_to_html("Oskarde", "A port.\\n\\nOn the coast.").split("<body>")[1]
     '<h1>Oskarde</h1><p>A port.</p><p>On the coast.</p></body></html>'
+    >>> text_to_html("Oskarde", "Oskarde\\nA port.", heading=False).split("<body>")[1]
+    '<p>Oskarde<br>A port.</p></body></html>'
     """
     paragraphs = [p.strip() for p in re.split(r"\n\s*\n", text) if p.strip()]
     body = "".join("<p>" + html_lib.escape(p).replace("\n", "<br>") + "</p>" for p in paragraphs)
     t = html_lib.escape(title)
     return (
         f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{t}</title></head>'
-        f"<body><h1>{t}</h1>{body}</body></html>"
+        f"<body>{f'<h1>{t}</h1>' if heading else ''}{body}</body></html>"
     )
 
 
 # --- tasks --------------------------------------------------------------------------------------------
 
 
-def _load_tasks(file: Path) -> tuple[Task, ...]:
+def _load_tasks(file: Path, site: CorpusSite, doc_paths: dict[str, str] | None = None) -> tuple[Task, ...]:
+    """The tasks of ``file`` about ``site``; ``doc_paths`` maps a document id to its page path (JSONL corpora)."""
     if not file.is_file():
         return ()
     tasks: list[Task] = []
     ids: set[str] = set()
+    missing: list[str] = []
     for line_no, record in _records(file, TASK_EXAMPLE):
         where = f"{file.name} line {line_no}"
         spelled = _spelling(record, TASK_KEY_ALIASES, "id")
@@ -448,19 +493,129 @@ def _load_tasks(file: Path) -> tuple[Task, ...]:
         split = record.get("split", default_split(task_id))
         if split not in SPLITS:
             raise CorpusError(f'{where}: "split" must be "train" or "test", not {shown(split)}')
+        question = _string(record, "question", where, TASK_EXAMPLE)
+        answer = _string(record, "answer", where, TASK_EXAMPLE)
+        queries = record.get("search_queries")
+        if queries is None:
+            queries = question_queries(question)
+        elif not isinstance(queries, list) or not all(isinstance(q, str) and q.strip() for q in queries):
+            raise CorpusError(f'{where}: "search_queries" must be a list of non-empty strings; a valid line: '
+                              f'{TASK_EXAMPLE}')
+        evidence, gold = (_gold_docs(record, key, where, site, doc_paths or {}, missing) for key in GOLD_DOC_KEYS)
         tasks.append(
             Task(
                 id=task_id,
-                question=_string(record, "question", where, TASK_EXAMPLE),
-                answer=_string(record, "answer", where, TASK_EXAMPLE),
+                question=question,
+                answer=answer,
                 aliases=tuple(aliases),
                 family=_string(record, "family", where, TASK_EXAMPLE, default="corpus"),
                 hops=hops,
                 split=split,
                 answer_kind=_string(record, "answer_kind", where, TASK_EXAMPLE, default="text"),
+                gold_path=gold_path(tuple(queries), evidence, gold, (answer, *aliases)),
+                search_queries=tuple(queries),
             )
         )
+    if missing:
+        warnings.warn(
+            f"{file.name}: {len(missing)} gold document(s) are not in the corpus and were left out of the tasks' gold "
+            f"paths: {'; '.join(missing[:5])}{'; ...' if len(missing) > 5 else ''}",
+            CorpusWarning,
+            stacklevel=4,
+        )
     return tuple(tasks)
+
+
+def _gold_docs(record: dict[str, Any], key: str, where: str, site: CorpusSite, doc_paths: dict[str, str],
+               missing: list[str]) -> list[Document]:
+    """The documents a task's ``key`` list names (ids, page paths, or objects with a ``docid`` or ``id``), in
+    order, each once; one the corpus lacks is added to ``missing``."""
+    refs = record.get(key, [])
+    if not isinstance(refs, list):
+        raise CorpusError(f'{where}: "{key}" must be a list of document ids, not {shown(refs)}')
+    docs: list[Document] = []
+    for ref in refs:
+        if isinstance(ref, dict):
+            ref = ref.get("docid", ref.get("id"))
+        if isinstance(ref, bool) or not isinstance(ref, (str, int)):
+            raise CorpusError(f'{where}: "{key}" must list document ids (strings or integers) or objects with a '
+                              f'"docid", not {shown(ref)}')
+        ref = str(ref)
+        doc = site.page_document(doc_paths.get(ref, ref))
+        if doc is None:
+            missing.append(f"{ref} ({where})")
+        elif all(doc.path != d.path for d in docs):
+            docs.append(doc)
+    return docs
+
+
+def gold_path(queries: Sequence[str], evidence: Sequence[Document], gold: Sequence[Document],
+              answers: Sequence[str]) -> tuple[GoldStep, ...]:
+    """The gold path of a corpus task: search for its first query, open each evidence document and then each gold
+    document (those that state the answer), and on a gold document read on to the first of ``answers`` it
+    states. ``()`` when no document is given: the task has no gold path.
+
+    >>> doc = Document("/wiki/Vane", "Edra Vane", "Edra Vane was a painter. She was born in Oskarde.")
+    >>> [(s.tool, s.arg, s.expect) for s in gold_path(["Edra Vane"], [], [doc], ["Oskarde"])]
+    [('search', 'Edra Vane', ''), ('open', '/wiki/Vane', 'Edra Vane'), ('scroll', 'down', 'Oskarde')]
+    """
+    docs = list(evidence) + [d for d in gold if all(d.path != e.path for e in evidence)]
+    if not docs:
+        return ()
+    steps = [GoldStep("search", queries[0])] if queries else []
+    gold_paths = {d.path for d in gold}
+    for doc in docs:
+        steps.append(GoldStep("open", doc.path, doc.title))
+        stated = next((a for a in answers if doc.path in gold_paths and a in doc.text), None)
+        if stated is not None:
+            sentence = next(s for s in re.split(r"(?<=[.!?])\s+|\n+", doc.text) if stated in s)
+            steps.append(GoldStep("scroll", "down", stated, sentence.strip()[:MAX_NOTE_CHARS]))
+    return tuple(steps)
+
+
+_NAME_WORD = re.compile(r"[A-Z][\w'’.-]*|[0-9][\w'’.-]*")
+#: Words inside a name ("Bank of England", "Vincent van Gogh") that do not end it.
+_NAME_JOINERS = frozenset({"of", "the", "de", "du", "da", "di", "van", "von", "der", "la", "le", "and", "&", "y"})
+#: Capitalised words that open a question rather than name something.
+_QUESTION_OPENERS = frozenset(
+    "what which who whom whose when where why how in of on at the a an for from to by with did does do is was were "
+    "are name this that these those i if during after before between among as there it its he she they we you his "
+    "her their our my".split()
+)
+
+
+def question_queries(question: str) -> tuple[str, ...]:
+    """What a reader would search for first: the names ``question`` mentions (runs of capitalised words, at most
+    :data:`MAX_NAME_QUERIES`, in order), then the question itself. Fixed for a question.
+
+    >>> question_queries("Which architect designed the theatre where The Salt Queen was first performed?")
+    ('The Salt Queen', 'Which architect designed the theatre where The Salt Queen was first performed?')
+    >>> question_queries("In which town was the teacher of Livia Marr born?")[0]
+    'Livia Marr'
+    """
+    names: list[str] = []
+    for sentence in re.split(r"(?<=[.!?;:])\s+", question.strip()):
+        words = sentence.split()
+        run: list[str] = []
+        for i, raw in enumerate(words + [""]):
+            word = raw.strip("\"“”‘,;:!?()[]")
+            # A name starts with a capital; a number may go on one ("Apollo 11").
+            capital = bool(word) and _NAME_WORD.fullmatch(word) is not None and (bool(run) or word[0].isupper())
+            opener = not run and word.casefold() in _QUESTION_OPENERS and (i == 0 or word[:1].islower())
+            if capital and not opener:
+                run.append(word)
+                continue
+            joined = bool(run) and word.casefold() in _NAME_JOINERS and raw == word and i + 1 < len(words) \
+                and words[i + 1][:1].isupper()
+            if joined:
+                run.append(word)
+                continue
+            if run:
+                name = " ".join(run).rstrip(".'’")
+                if name.casefold() not in _QUESTION_OPENERS and name not in names:
+                    names.append(name)
+                run = []
+    return tuple(names[:MAX_NAME_QUERIES]) + (question.strip(),)
 
 
 def default_split(task_id: str) -> str:
@@ -488,7 +643,24 @@ def task_record(task: Task) -> dict[str, Any]:
         "family": task.family,
         "answer_kind": task.answer_kind,
         "split": task.split,
+        "search_queries": list(task.search_queries),
+        **_gold_doc_lists(task),
     }
+
+
+def _gold_doc_lists(task: Task) -> dict[str, list[str]]:
+    """The pages ``task``'s gold path opens, as the ``evidence_docs`` and ``gold_docs`` that give it back: a page
+    it reads on to the answer in is a gold document, any other an evidence document."""
+    answers = {task.answer, *task.aliases}
+    steps = task.gold_path
+    lists: dict[str, list[str]] = {key: [] for key in GOLD_DOC_KEYS}
+    for i, step in enumerate(steps):
+        if step.tool == "open":
+            states = any(s.tool == "scroll" and s.expect in answers for s in steps[i + 1: i + 2])
+            key = "gold_docs" if states else "evidence_docs"
+            if step.arg not in lists[key]:
+                lists[key].append(step.arg)
+    return {key: paths for key, paths in lists.items() if paths}
 
 
 def write_tasks(tasks: Sequence[Task], file: str | os.PathLike) -> None:
@@ -557,19 +729,48 @@ def _canonical(record: dict[str, Any], aliases: dict[str, str], where: str) -> d
     return out
 
 
-def _title_from_text(text: str, doc_id: str) -> str:
-    """The first non-empty line of ``text`` (a leading ``title:`` dropped), cut to :data:`TITLE_CHARS`; else the id.
+_FENCE = re.compile(r"^\s*-{3,}\s*$")
+_FRONT_MATTER_FIELD = re.compile(r"^\s*[\w-]+\s*:")
 
-    >>> _title_from_text("---\\ntitle: Edra Vane\\nEdra Vane was a painter.", "d1")
-    'Edra Vane'
+
+def _title_from_text(text: str, doc_id: str) -> tuple[str, bool, str]:
+    """The title a document without one gets from its ``text``, whether the page shows it as a heading, and the
+    text the page shows, so that the title is shown once.
+
+    A ``title:`` line (in a ``---`` front-matter block of ``key: value`` lines, or the first line) is the title,
+    shown as the heading; that line and the block are not shown. Otherwise the first non-empty line is the title
+    and stays the first line of the text, with no heading above it. A title is cut to :data:`TITLE_CHARS`; a text with no line
+    gets ``Document <id>``.
+
+    >>> _title_from_text("---\\ntitle: Edra Vane\\nsource: web\\n---\\nEdra Vane was a painter.", "d1")
+    ('Edra Vane', True, 'Edra Vane was a painter.')
+    >>> _title_from_text("Oskarde\\nA port.", "d2")
+    ('Oskarde', False, 'Oskarde\\nA port.')
     """
-    for line in text.splitlines():
-        line = line.strip().strip("-").strip()
-        if line:
-            line = line[len("title:"):].strip() if line.lower().startswith("title:") else line
-            if line:
-                return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 3].rstrip() + "..."
-    return f"Document {doc_id}"
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.strip()), None)
+    if start is not None and _FENCE.match(lines[start]):
+        close = next((i for i in range(start + 1, len(lines)) if _FENCE.match(lines[i])), None)
+        block = lines[start + 1: close] if close is not None else []
+        if close is not None and all(_FRONT_MATTER_FIELD.match(line) or not line.strip() for line in block):
+            lines = lines[close + 1:]
+            titled = [line.split(":", 1)[1].strip() for line in block if line.strip().lower().startswith("title:")]
+            if titled and titled[0]:
+                return _cut_title(titled[0]), True, "\n".join(lines).strip("\n")
+    first = next((i for i, line in enumerate(lines) if line.strip() and not _FENCE.match(line)), None)
+    if first is None:
+        return f"Document {doc_id}", True, "\n".join(lines).strip("\n")
+    line = lines[first].strip()
+    if not line.lower().startswith("title:") or not line[len("title:"):].strip():
+        return _cut_title(line), False, "\n".join(lines[first:])
+    rest = lines[first + 1:]
+    if rest and _FENCE.match(rest[0]):  # the end of a front-matter block that holds only the title
+        rest = rest[1:]
+    return _cut_title(line[len("title:"):].strip()), True, "\n".join(rest).strip("\n")
+
+
+def _cut_title(line: str) -> str:
+    return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 3].rstrip() + "..."
 
 
 def _check_keys(record: dict[str, Any], known: tuple[str, ...], where: str, example: str) -> None:

@@ -90,6 +90,11 @@ class Site(ABC):
         return self.index.search(query, k)
 
     # --- rendering by URL ---------------------------------------------------------------------------
+    def local_path(self, url: str) -> str | None:
+        """The site path that serves the absolute ``url`` (a corpus document's own URL), or ``None`` when no
+        page of this site has it: the env then refuses it as outside the site. The base class has none."""
+        return None
+
     def render(self, url: str) -> str | None:
         """The HTML served at ``url`` (a path with an optional query), or ``None`` for a missing page."""
         parts = urllib.parse.urlsplit(url)
