@@ -31,7 +31,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -167,8 +167,8 @@ def _config(settings: dict[str, Any], seed: int, folder: Path, **changes: Any) -
 
 STUDY_MICRO_BATCH_TOKENS = 2048
 # RL's learning rate (the demo's is 1e-3). Chosen because a first AdamW step moves every weight by about the
-# learning rate, whatever the gradient's size. Measured: held-out results at 3e-4 and 1e-3 are alike (README,
-# "The study"); the training-group success that seemed to fall at 1e-3 follows the tasks each iteration draws.
+# learning rate, whatever the gradient's size. Measured: held-out results at 3e-4 and 1e-3 are alike
+# (docs/study.md); the training-group success that seemed to fall at 1e-3 follows the tasks each iteration draws.
 STUDY_LR = 3e-4
 
 
@@ -734,7 +734,7 @@ def markdown(results: dict[str, Any]) -> str:
     """The results as Markdown: a table per stage and arm, the paired comparison and the verdict."""
     arms = list(results["arms"])
     lines = [f"## {results['claim']}: {results['question']}", "",
-             f"Runs finished: " + ", ".join(f"{a} seeds {results['finished'].get(a, [])}" for a in arms)
+             "Runs finished: " + ", ".join(f"{a} seeds {results['finished'].get(a, [])}" for a in arms)
              + (" (quick mode: the numbers mean nothing)" if results["quick"] else ""), ""]
     for a in arms:
         if a in results["settings"]:

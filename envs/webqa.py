@@ -34,7 +34,7 @@ from .actions import (MAX_ACTION_CHARS, TOOL_ARGS, Action, ActionError, as_text,
 from .backends import Backend, BrowserCrashed, TextBackend
 from .checks import check_bool, check_int, is_int, shown
 from .prompts import (ANSWER_IN_SUBAGENT, FINISH_IN_ROOT, NO_PAGE_OPEN, REPLY_BECAME_SUMMARY, ROLE_TAG, budget_note,
-                      context_full_note, render_transcript, system_prompt, task_message)
+                      context_full_note, system_prompt, task_message)
 from .spaces import SHARED_MEMORY_BYTES, AnyText
 from .tokens import CheckedCounter, TokenCounter, approx_tokens
 from .web.browser import CHUNK_TOKENS, PageView

@@ -13,14 +13,13 @@ from __future__ import annotations
 import ast
 import io
 import json
-import re
 import tokenize
 from unittest import mock
 
 import gymnasium as gym
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import envs

@@ -6,7 +6,6 @@ import pickle
 import warnings
 
 import gymnasium as gym
-import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
@@ -301,7 +300,6 @@ def test_candidates_are_valid_deterministic_and_never_leak_unseen_answers(small_
     env = make(candidates=True, split="test")
     for seed in range(8):
         obs, info = env.reset(seed=seed)
-        task = env.unwrapped.state.task
         for _ in range(6):
             cands = info["candidates"]
             assert cands == env.unwrapped.candidate_actions()
