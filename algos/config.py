@@ -106,7 +106,7 @@ class TrainConfig:
     bc_styles: list | None = None  # varied demonstrations: oracle styles used in turn, each a dict of
     # OracleAgent knobs ({"compact_at": 0.5, "fork": False, "error_rate": 0.1}); None: one style, bc_compact_at/bc_fork
     iterations: int = 40  # RL iterations (one policy-gradient step each); 40 in the demo: 10 and 20 gave no
-    # held-out gain over seeds, 40 the closest to one (scripts/demo_iterations.py, README Results)
+    # held-out gain over seeds, 40 the closest to one (scripts/demo_iterations.py, docs/results.md)
     tasks_per_iter: int = 6  # groups per iteration
     log_groups: int = 2  # groups per iteration whose trajectories are logged to out/trajectories/ (0: none)
     group_size: int = 8  # trajectories per group (one task, one budget)

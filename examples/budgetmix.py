@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = p.parse_args(argv)
     out = Path(args.out)
     demo = TrainConfig()
-    # 48 envs, the demo's default when the README's results were made (the batching decides the samples).
+    # 48 envs, the demo's default when docs/results.md's results were made (the batching decides the samples).
     base = TrainConfig(algo=demo.algo, env_kwargs={**demo.env_kwargs, "max_steps": args.fixed, "show_budget": True},
                        iterations=0, num_envs=48, seed=args.seed, out=str(out / "warm_start"))
     if args.quick:

@@ -82,7 +82,7 @@ def test_a_generate_mode_run_warm_starts_and_takes_an_rl_step_with_ratios_of_one
     for key in ("success_initial", "success_warm_start", "success_final"):
         assert 0.0 <= summary[key]["metrics"]["parse_rate"] <= 1.0
     # The warm start cloned demonstrations made of calls, and its loss fell (what it teaches a pretrained model
-    # in a few steps takes a random tiny one far more: the README's SmolLM2 runs measure the parse rate it buys).
+    # in a few steps takes a random tiny one far more: docs/smollm2.md's runs measure the parse rate it buys).
     assert summary["demo_metrics"]["parse_rate"] == 1.0
     assert summary["warm_start_loss"][1] < summary["warm_start_loss"][0]
 
