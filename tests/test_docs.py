@@ -51,12 +51,12 @@ def test_every_link_leads_to_a_file_and_heading_that_exist(page):
                 f"{page.relative_to(ROOT)} links to {target}: no such heading in {dest.relative_to(ROOT)}"
 
 
-def test_the_readme_is_short_and_its_two_commands_are_what_ci_runs():
+def test_the_readme_is_short_and_shows_every_command_ci_runs():
     text = README.read_text()
     assert len(text.splitlines()) <= 400
     ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines()
           if line and not line.startswith(("#", "set ", "cd "))]
-    assert ci == ["bash scripts/setup.sh", ".venv/bin/python -m pytest"]
+    assert ci, ".ci/run runs no command"
     quickstart = text.split("## Quickstart", 1)[1].split("\n## ", 1)[0]
     commands = [line.split("#", 1)[0].strip() for line in quickstart.splitlines()]
     for command in ci:
