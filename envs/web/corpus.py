@@ -586,36 +586,46 @@ _QUESTION_OPENERS = frozenset(
 
 def question_queries(question: str) -> tuple[str, ...]:
     """What a reader would search for first: the names ``question`` mentions (runs of capitalised words, at most
-    :data:`MAX_NAME_QUERIES`, in order), then the question itself. Fixed for a question.
+    :data:`MAX_NAME_QUERIES`, in order), then the question itself, spaces folded. Fixed for a question.
 
     >>> question_queries("Which architect designed the theatre where The Salt Queen was first performed?")
     ('The Salt Queen', 'Which architect designed the theatre where The Salt Queen was first performed?')
     >>> question_queries("In which town was the teacher of Livia Marr born?")[0]
     'Livia Marr'
     """
+    question = " ".join(question.split())
     names: list[str] = []
-    for sentence in re.split(r"(?<=[.!?;:])\s+", question.strip()):
+    for sentence in re.split(r"(?<=[.!?;:])\s+", question):
         words = sentence.split()
         run: list[str] = []
-        for i, raw in enumerate(words + [""]):
-            word = raw.strip("\"“”‘,;:!?()[]")
+        for i, raw in enumerate(words):
+            word = raw.strip(_PUNCTUATION)
+            if raw[:1] in _PUNCTUATION:  # an opening quote or bracket starts a new name
+                _add_name(run, names)
             # A name starts with a capital; a number may go on one ("Apollo 11").
             capital = bool(word) and _NAME_WORD.fullmatch(word) is not None and (bool(run) or word[0].isupper())
             opener = not run and word.casefold() in _QUESTION_OPENERS and (i == 0 or word[:1].islower())
-            if capital and not opener:
-                run.append(word)
-                continue
-            joined = bool(run) and word.casefold() in _NAME_JOINERS and raw == word and i + 1 < len(words) \
+            joiner = bool(run) and raw == word and word.casefold() in _NAME_JOINERS and i + 1 < len(words) \
                 and words[i + 1][:1].isupper()
-            if joined:
+            if (capital and not opener) or joiner:
                 run.append(word)
-                continue
-            if run:
-                name = " ".join(run).rstrip(".'’")
-                if name.casefold() not in _QUESTION_OPENERS and name not in names:
-                    names.append(name)
-                run = []
-    return tuple(names[:MAX_NAME_QUERIES]) + (question.strip(),)
+            else:
+                _add_name(run, names)
+            if raw[-1:] in _PUNCTUATION:  # so does a comma or a closing bracket end one
+                _add_name(run, names)
+        _add_name(run, names)
+    return tuple(names[:MAX_NAME_QUERIES]) + (question,)
+
+
+_PUNCTUATION = "\"“”‘,;:!?()[]"
+
+
+def _add_name(run: list[str], names: list[str]) -> None:
+    """Add the name ``run`` spells to ``names`` (once, and not a lone question word), and empty ``run``."""
+    name = " ".join(run).rstrip(".'’")
+    if name and name.casefold() not in _QUESTION_OPENERS and name not in names:
+        names.append(name)
+    run.clear()
 
 
 def default_split(task_id: str) -> str:
