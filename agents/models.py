@@ -77,7 +77,9 @@ SMOLLM2_INSTALL = "pip install 'mosaic-gym[smollm2]'"
 def train_tokenizer(texts: Iterable[str], vocab_size: int = 2000) -> PreTrainedTokenizerFast:
     """A byte-level BPE tokenizer trained on ``texts``, with the transcript role tags and ``<|endoftext|>``.
 
-    ``<|endoftext|>`` is the eos and pad token. Decoding is lossless for any text.
+    ``<|endoftext|>`` is the eos and pad token. Decoding is lossless for any text. Its chat template is
+    :data:`TRANSCRIPT_CHAT_TEMPLATE`, so a saved tiny model carries one (``transformers serve`` needs it) and
+    ``apply_chat_template`` writes the same prompt, token for token, as :func:`envs.prompts.render_transcript`.
 
     Example:
         >>> tok = train_tokenizer(["Edra Vane lived in Oskarde."] * 20, vocab_size=300)
@@ -107,7 +109,19 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 2000) -> PreTrainedT
         pad_token=EOS_TOKEN,
         extra_special_tokens=list(ROLE_TAG.values()),
         clean_up_tokenization_spaces=False,
+        chat_template=TRANSCRIPT_CHAT_TEMPLATE,
     )
+
+
+def has_own_chat_template(tokenizer: PreTrainedTokenizerBase) -> bool:
+    """Whether ``tokenizer`` has a chat template of its own (a pretrained instruct model's), not the plain
+    transcript that every tiny model's tokenizer carries (:data:`TRANSCRIPT_CHAT_TEMPLATE`).
+
+    >>> has_own_chat_template(train_tokenizer(["a b c"] * 10, vocab_size=300))
+    False
+    """
+    template = tokenizer.chat_template
+    return bool(template) and template != TRANSCRIPT_CHAT_TEMPLATE
 
 
 def build_tiny_model(tokenizer: PreTrainedTokenizerBase, size: str = "1m", seed: int = 0) -> LlamaForCausalLM:
@@ -144,8 +158,8 @@ def make_tiny(
     """Train a tokenizer on ``texts``, build a tiny model and save both to ``out_dir`` (``save_pretrained``).
 
     ``AutoModelForCausalLM.from_pretrained(out_dir)`` and ``PreTrainedTokenizerFast.from_pretrained(out_dir)``
-    (or :func:`load_model`) load them back. ``chat_template`` (e.g. :data:`TRANSCRIPT_CHAT_TEMPLATE`) is saved
-    with the tokenizer, for servers that need one. Returns the model and tokenizer.
+    (or :func:`load_model`) load them back. ``chat_template`` replaces the tokenizer's
+    (:data:`TRANSCRIPT_CHAT_TEMPLATE`) in what is saved. Returns the model and tokenizer.
     """
     tokenizer = train_tokenizer(texts, vocab_size=vocab_size)
     if chat_template is not None:

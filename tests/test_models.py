@@ -14,6 +14,7 @@ from agents.models import (
     ALIGNMENT,
     EOS_TOKEN,
     TINY_SIZES,
+    TRANSCRIPT_CHAT_TEMPLATE,
     build_tiny_model,
     load_model,
     _save_cache,
@@ -66,7 +67,9 @@ def test_role_tags_and_eos_are_single_special_tokens(tokenizer):
         assert len(tokenizer.encode(tag)) == 1
         assert tokenizer.encode(f"x{tag}y")[1] == tokenizer.convert_tokens_to_ids(tag)
     assert tokenizer.eos_token == tokenizer.pad_token == EOS_TOKEN
-    assert tokenizer.chat_template is None  # LLMAgent then prompts with envs.prompts.render_transcript
+    # The plain transcript (envs.prompts.render_transcript), so a saved tiny model can be served
+    # (tests/test_chat_template.py).
+    assert tokenizer.chat_template == TRANSCRIPT_CHAT_TEMPLATE
 
 
 def test_tiny_sizes_are_about_their_names(tokenizer):

@@ -205,7 +205,7 @@ def build_agent(args: argparse.Namespace, env: gym.Env):
         return ServerAgent(name, args.model, temperature=args.temperature, max_tokens=args.max_new_tokens,
                            seed=args.seed)
     from agents.llm import LLMAgent
-    from agents.models import PRESETS, did_you_mean, load_model
+    from agents.models import PRESETS, did_you_mean, has_own_chat_template, load_model
 
     if name not in PRESETS and "/" not in name and not Path(name).is_dir():
         raise ValueError(
@@ -215,7 +215,7 @@ def build_agent(args: argparse.Namespace, env: gym.Env):
     from envs.prompts import EXAMPLE_EXCHANGE
 
     model, tokenizer = load_model(name)  # a missing folder or an unreachable hub: a ModelSpecError (ValueError)
-    chat = bool(getattr(tokenizer, "chat_template", None))
+    chat = has_own_chat_template(tokenizer)  # a tiny model's transcript template is no instruct model's
     examples = args.examples == "on" or (args.examples == "auto" and chat and args.mode == "generate")
     return LLMAgent(model, tokenizer, mode=args.mode, temperature=args.temperature, seed=args.seed,
                     max_new_tokens=args.max_new_tokens, examples=EXAMPLE_EXCHANGE if examples else ())
