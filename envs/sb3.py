@@ -63,7 +63,7 @@ def _content_words(text: str) -> set[str]:
     return {w for w in _words(text) if w not in _STOPWORDS}
 
 
-class CandidateActions(gym.Wrapper[np.ndarray, np.int64, str, str]):
+class CandidateActions(gym.Wrapper[np.ndarray, np.int64, str, str], gym.utils.RecordConstructorArgs):
     """A WebQA env as ``Discrete(max_candidates)`` over its candidate actions, with a mask and numeric features.
 
     **Actions.** Slot ``i`` is the ``i``-th of the env's candidates (``info["candidates"]``, in the env's order).
@@ -113,6 +113,8 @@ class CandidateActions(gym.Wrapper[np.ndarray, np.int64, str, str]):
     """
 
     def __init__(self, env: gym.Env, max_candidates: int = 64, hash_dims: int = 64):
+        # Recorded so that env.spec can remake the wrapped env (check_env's render check does).
+        gym.utils.RecordConstructorArgs.__init__(self, max_candidates=max_candidates, hash_dims=hash_dims)
         super().__init__(env)
         if not isinstance(env.unwrapped, WebQAEnv):
             raise TypeError(f"CandidateActions wraps a WebQA env (mosaic/WebQA-*), got {type(env.unwrapped).__name__}")
