@@ -39,6 +39,10 @@ def load_site(site: str | Site = "builtin", site_seed: int = 0, site_size: int =
             or ``site_size`` is not a whole number in range (checked for every site, so a typo never waits
             until the day the builtin site is used).
         CorpusError: the corpus is missing or malformed (a ``ValueError``; it names the file and line).
+
+    A corpus task without a ``split`` in ``tasks.jsonl`` is put in one by a fixed hash of its id: about 80% in
+    ``"train"``, 20% in ``"test"`` (:func:`envs.web.corpus.default_split`), so an env's default split has tasks;
+    see ``docs/corpus.md``.
     """
     site_seed = check_int("site_seed", site_seed, minimum=0)
     site_size = check_int("site_size", site_size, minimum=MIN_SIZE)
