@@ -27,7 +27,12 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
+ALGORITHMS = ("broadcast", "mosaic")
+"""The credit assignments, listed once: every setting, flag and check that names one reads this."""
+
 __all__ = [
+    "ALGORITHMS",
+    "by_name",
     "broadcast",
     "compaction_chain_contributions",
     "likelihood_contributions",
@@ -292,3 +297,32 @@ def likelihood_contributions(logp_before: ArrayLike, logp_after: ArrayLike) -> n
     if before.shape != after.shape:
         raise ValueError(f"logp_after must have the shape of logp_before {before.shape}, got {after.shape}")
     return after - before
+
+
+def by_name(
+    name: str,
+    rewards: ArrayLike,
+    session_traj: ArrayLike,
+    contributions: ArrayLike | None = None,
+    *,
+    normalize_std: bool = True,
+    lambda_use: float = 0.5,
+    beta: float = 0.5,
+    clip: float | None = 5.0,
+) -> np.ndarray:
+    """The advantage formula of credit ``name`` (one of :data:`ALGORITHMS`): :func:`broadcast`, which ignores
+    ``contributions`` and the Mosaic weights, or :func:`mosaic`.
+
+    >>> by_name("broadcast", [1.0, 0.0], [0, 1]).round(3).tolist()
+    [1.0, -1.0]
+    >>> by_name("grpo", [1.0], [0])
+    Traceback (most recent call last):
+    ...
+    ValueError: credit 'grpo' is unknown: use one of ('broadcast', 'mosaic')
+    """
+    if name == "broadcast":
+        return broadcast(rewards, session_traj, normalize_std=normalize_std)
+    if name == "mosaic":
+        return mosaic(rewards, session_traj, contributions, lambda_use=lambda_use, beta=beta, clip=clip,
+                      normalize_std=normalize_std)
+    raise ValueError(f"credit {name!r} is unknown: use one of {ALGORITHMS}")

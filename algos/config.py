@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .advantages import ALGORITHMS
+
 RESUMABLE = ("iterations",)
 """The settings a resumed run may change: how many RL iterations it runs in all (extend it, or stop it earlier).
 
@@ -60,8 +62,8 @@ class PGConfig:
     dtype: str = "float32"  # "float32" or "bfloat16" (GPU)
 
     def __post_init__(self):
-        if self.advantage not in ("broadcast", "mosaic"):
-            raise ValueError(f"advantage={self.advantage!r}: use 'broadcast' or 'mosaic'")
+        if self.advantage not in ALGORITHMS:
+            raise ValueError(f"advantage={self.advantage!r}: use one of {ALGORITHMS}")
         _check_count("epochs", self.epochs, 1, "give the passes over each batch, an integer >= 1")
         _check_count("minibatches", self.minibatches, 1, "give the optimizer steps per epoch, an integer >= 1")
         for name in ("clip_eps", "max_grad_norm"):
@@ -140,8 +142,8 @@ class TrainConfig:
     # and 1.4-2.6x the speed of 32,768 on CPU; docs/performance.md)
 
     def __post_init__(self):
-        if self.algo not in ("broadcast", "mosaic"):
-            raise ValueError(f"algo={self.algo!r}: use 'broadcast' or 'mosaic'")
+        if self.algo not in ALGORITHMS:
+            raise ValueError(f"algo={self.algo!r}: use one of {ALGORITHMS}")
         if self.estimator not in ("rollout", "likelihood"):
             raise ValueError(f"estimator={self.estimator!r}: use 'rollout' or 'likelihood'")
         if self.root_start not in ("rollout", "group_rollout"):

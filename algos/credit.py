@@ -223,3 +223,102 @@ def _around_fork(t: Trajectory, child: int) -> tuple[list[int] | None, list[int]
                 return list(step.prompt_ids), after
             wanted -= 1
     return None, None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The credit switch: one object per credit assignment, chosen once from the run's settings
+# ---------------------------------------------------------------------------------------------------------
+class Credit:
+    """How a group's sessions get their advantages: an estimator of each session's contribution D (or none) and
+    the formula that turns rewards (and D) into one advantage per session.
+
+    :func:`credit_for` builds one from a run's settings, once; the training loop asks it, never the setting's name,
+    which credit to compute. ``name`` is one of :data:`algos.advantages.ALGORITHMS`.
+
+    Example:
+        >>> from algos.config import TrainConfig
+        >>> credit = credit_for(TrainConfig(algo="broadcast"))
+        >>> credit.name, credit.phase, credit.needs_snapshots
+        ('broadcast', None, False)
+        >>> credit.advantages([1.0, 0.0], [0, 0, 1]).round(3).tolist()
+        [1.0, 1.0, -1.0]
+    """
+
+    name = "broadcast"
+    phase: str | None = None  # the iteration phase its estimator's time is reported under (None: no estimator)
+    needs_snapshots = False  # whether its estimator continues from env snapshots taken during the rollouts
+
+    def __init__(self, pg: Any):
+        self.pg = pg  # algos.config.PGConfig: the formula's settings (normalisation, Mosaic's weights)
+
+    def contributions(self, group: Sequence[Trajectory], collector: Collector, agent: Any, answer: str,
+                      rng: np.random.Generator, device: str) -> list[np.ndarray] | None:
+        """Each session's D, per trajectory in tree order (None: this credit estimates none). An estimator that
+        samples draws its seed from ``rng``; one that does not draws nothing."""
+        return None
+
+    def advantages(self, rewards: Sequence[float], session_traj: Sequence[int],
+                   contributions: Sequence[float] | None = None, name: str | None = None) -> np.ndarray:
+        """One group's advantage per session row under this credit's formula (or, with ``name``, the other's with
+        the same settings: a log shows both)."""
+        pg = self.pg
+        return adv.by_name(name or self.name, rewards, session_traj, contributions, normalize_std=pg.normalize_std,
+                           lambda_use=pg.lambda_use, beta=pg.beta, clip=pg.adv_clip)
+
+    def session_advantages(self, group: Sequence[Trajectory], contributions: Sequence[np.ndarray] | None = None
+                           ) -> dict[tuple[int, int], float]:
+        """One group's advantages keyed by session: ``(i, sid)`` is session ``sid`` of trajectory ``group[i]``
+        (``contributions[i][sid]`` its D), so a learner attaches an advantage to a session by its id."""
+        keys = [(i, sid) for i, t in enumerate(group) for sid in t.session_ids]
+        d = None if contributions is None else np.array([contributions[i][sid] for i, sid in keys])
+        values = self.advantages([t.reward for t in group], np.array([i for i, _ in keys]), d)
+        return dict(zip(keys, values.tolist()))
+
+    def columns(self, group: Sequence[Trajectory], contributions: Sequence[np.ndarray] | None
+                ) -> dict[str, list[float]]:
+        """Every credit's advantage per session row of the group, side by side (what a trajectory log records):
+        Mosaic's with this run's D (a broadcast run has none: its trajectory-level term alone)."""
+        rewards = [t.reward for t in group]
+        rows = np.array([i for i, t in enumerate(group) for _ in t.session_ids])
+        d = None if contributions is None else np.concatenate([np.asarray(c, dtype=float) for c in contributions])
+        return {name: self.advantages(rewards, rows, d if name == "mosaic" else None, name=name).tolist()
+                for name in adv.ALGORITHMS}
+
+    def compare(self, records: Any) -> dict[str, Any] | None:
+        """Where this run's credit departed from broadcast's on its logged groups (None for broadcast itself)."""
+        return None
+
+
+class MosaicCredit(Credit):
+    """Mosaic: session usage and each session's estimated contribution D, by the ``"rollout"`` estimator
+    (``continuations`` per boundary, ``root_start``) or the ``"likelihood"`` one (the policy ``model``'s
+    log-probability of the gold answer around each session)."""
+
+    name = "mosaic"
+
+    def __init__(self, pg: Any, estimator: str, continuations: int, root_start: str):
+        super().__init__(pg)
+        self.estimator = estimator
+        self.continuations = continuations
+        self.root_start = root_start
+        self.phase = "continuations" if estimator == "rollout" else "scoring"
+        self.needs_snapshots = estimator == "rollout"
+
+    def contributions(self, group: Sequence[Trajectory], collector: Collector, agent: Any, answer: str,
+                      rng: np.random.Generator, device: str) -> list[np.ndarray]:
+        if self.estimator == "rollout":
+            return rollout_contributions(group, collector, agent, self.continuations, seed=int(rng.integers(2**31)),
+                                         root_start=self.root_start)
+        return likelihood_contributions(group, agent.model, agent.encode_action, answer, device=device)
+
+    def compare(self, records: Any) -> dict[str, Any] | None:
+        from .credit_compare import compare_credit
+
+        return compare_credit(records)
+
+
+def credit_for(config: Any) -> Credit:
+    """The credit of a run's settings (:class:`algos.config.TrainConfig`): chosen here, once."""
+    if config.algo == "mosaic":
+        return MosaicCredit(config.pg, config.estimator, config.continuations, config.root_start)
+    return Credit(config.pg)

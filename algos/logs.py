@@ -38,31 +38,10 @@ import tempfile
 import warnings
 import zlib
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Protocol, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
-
-# What a log reads of the learners' objects, by shape: the log format is a leaf that imports nothing of algos
-# (algos.rollout imports step_record from here).
-class Trajectory(Protocol):
-    """What a log reads of an :class:`algos.rollout.Trajectory`."""
-
-    task_id: str
-    tree: dict[str, Any]
-    transcript: list[dict[str, Any]] | None
-    reward: float
-    session_ids: list[int]
-    num_sessions: int
-
-
-class PolicyGradient(Protocol):
-    """What a log reads of an :class:`algos.pg.PolicyGradient`: its credit under either algorithm."""
-
-    config: Any
-
-    def advantages(self, rewards: Sequence[float], session_traj: Sequence[int],
-                   contributions: Sequence[float] | None = None, advantage: str | None = None) -> np.ndarray: ...
 
 __all__ = ["FORMAT_VERSION", "SUFFIX", "LogError", "TrajectoryLog", "TruncatedLogWarning", "credit_by_session",
            "find_logs", "from_trajectory", "read", "step_record", "trajectory_record", "write_records"]
@@ -158,7 +137,7 @@ def trajectory_record(tree: dict[str, Any], steps: Sequence[dict[str, Any]], *, 
     }
 
 
-def from_trajectory(trajectory: Trajectory, question: str, source: str, **context: Any) -> dict[str, Any]:
+def from_trajectory(trajectory: Any, question: str, source: str, **context: Any) -> dict[str, Any]:
     """:func:`trajectory_record` of a :class:`~algos.rollout.Trajectory` collected with ``transcript=True``."""
     if trajectory.transcript is None:
         raise ValueError(f"trajectory of task {trajectory.task_id} has no transcript: collect it with "
@@ -167,25 +146,21 @@ def from_trajectory(trajectory: Trajectory, question: str, source: str, **contex
                              source=source, **context)
 
 
-def credit_by_session(group: Sequence[Trajectory], advantage: dict[tuple[int, int], float],
-                      contributions: Sequence[np.ndarray] | None, learner: PolicyGradient) -> list[dict[str, Any]]:
-    """Per trajectory of a group: each session's advantage under the run's credit, under broadcast and under
-    Mosaic side by side, and its contribution D (None where the run estimated none).
+def credit_by_session(group: Sequence[Any], advantage: dict[tuple[int, int], float],
+                      contributions: Sequence[np.ndarray] | None, columns: dict[str, list[float]],
+                      algo: str) -> list[dict[str, Any]]:
+    """Per trajectory of a group (:class:`algos.rollout.Trajectory` s): each session's advantage under the run's
+    credit (``algo``), under every credit side by side, and its contribution D (None where the run estimated
+    none).
 
-    ``advantage`` is :meth:`PolicyGradient.session_advantages`' result for the group. The Mosaic column uses
-    the run's D; a broadcast run estimates no D, so its Mosaic column is the trajectory-level term alone
-    (session usage, eqs. 3-4) and ``contribution`` is None.
+    ``advantage`` is the run's :meth:`algos.credit.Credit.session_advantages` for the group, ``columns`` its
+    :meth:`algos.credit.Credit.columns` (one list per credit name, in the group's session rows). The log format is
+    a leaf: it computes no credit itself.
     """
-    rewards = [t.reward for t in group]
-    rows = np.array([i for i, t in enumerate(group) for _ in t.session_ids])
-    d = None if contributions is None else np.concatenate([np.asarray(c, dtype=float) for c in contributions])
-    columns = {name: learner.advantages(rewards, rows, d if name == "mosaic" else None, advantage=name).tolist()
-               for name in ("broadcast", "mosaic")}
     out, row = [], 0
     for i, t in enumerate(group):
         n = t.num_sessions
-        out.append({"algo": learner.config.advantage,
-                    "advantage": [advantage[(i, sid)] for sid in t.session_ids],
+        out.append({"algo": algo, "advantage": [advantage[(i, sid)] for sid in t.session_ids],
                     "broadcast": columns["broadcast"][row:row + n], "mosaic": columns["mosaic"][row:row + n],
                     "contribution": None if contributions is None else [float(x) for x in contributions[i]]})
         row += n

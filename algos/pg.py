@@ -340,27 +340,13 @@ class PolicyGradient:
     def advantages(self, rewards: Sequence[float], session_traj: Sequence[int],
                    contributions: Sequence[float] | None = None, advantage: str | None = None) -> np.ndarray:
         """One group's advantage per session row (row s belongs to trajectory ``session_traj[s]``), under the
-        learner's credit or, with ``advantage``, under the other one with the same settings (a log shows both)."""
+        learner's credit or, with ``advantage``, under the other one with the same settings
+        (:func:`algos.advantages.by_name`; a training run asks its :class:`algos.credit.Credit`)."""
         c = self.config
-        if advantage not in (None, "broadcast", "mosaic"):
-            raise ValueError(f"advantage={advantage!r}: use 'broadcast' or 'mosaic' (None: the learner's own)")
-        if (advantage or c.advantage) == "broadcast":
-            return adv.broadcast(rewards, session_traj, normalize_std=c.normalize_std)
-        return adv.mosaic(rewards, session_traj, contributions, lambda_use=c.lambda_use, beta=c.beta,
-                          clip=c.adv_clip, normalize_std=c.normalize_std)
-
-    def session_advantages(self, group: Sequence[Trajectory], contributions: Sequence[np.ndarray] | None = None
-                           ) -> dict[tuple[int, int], float]:
-        """One group's advantages, keyed by session: ``(i, sid)`` is session ``sid`` of trajectory ``group[i]``.
-
-        ``contributions[i][sid]`` is that session's D (Mosaic, :mod:`algos.credit`). The session rows of
-        :meth:`advantages` are built here from the keys, in tree order (which the mapping keeps), so a learner
-        attaches an advantage to a session by its id, never by its place in a row count.
-        """
-        keys = [(i, sid) for i, t in enumerate(group) for sid in t.session_ids]
-        d = None if contributions is None else np.array([contributions[i][sid] for i, sid in keys])
-        values = self.advantages([t.reward for t in group], np.array([i for i, _ in keys]), d)
-        return dict(zip(keys, values.tolist()))
+        if advantage is not None and advantage not in adv.ALGORITHMS:
+            raise ValueError(f"advantage={advantage!r}: use one of {adv.ALGORITHMS} (None: the learner's own)")
+        return adv.by_name(advantage or c.advantage, rewards, session_traj, contributions,
+                           normalize_std=c.normalize_std, lambda_use=c.lambda_use, beta=c.beta, clip=c.adv_clip)
 
     # --- the update -------------------------------------------------------------------------------
     def update(self, sequences: Sequence[TrainSequence]) -> dict[str, float]:

@@ -39,14 +39,14 @@ from envs.memory import peak_rss_mib
 from envs.progress import progress_bar
 from envs.prompts import EXAMPLE_EXCHANGE
 
-from . import credit, logs
+from . import logs
 from .bc import TeacherForcing, clone
 from .budgets import FixedBudget, parse_budgets
 from .checkpoint import (CheckpointError, check_training_state, read_checkpoint, remove_stale_temps,
                          restore_checkpoint, save_checkpoint)
 from .config import (RESUMABLE, WARM_START_FREE, ConfigError, TrainConfig, changed_settings, config_to_json,
                      read_config, write_config, write_text_atomic)
-from .credit_compare import compare_credit
+from .credit import credit_for
 from .lora import add_lora, merge_lora
 from .pg import PolicyGradient
 from .probes import ProbeState, probe_metrics, probe_probabilities, summary_states
@@ -244,17 +244,16 @@ def _finish(run: _Run, model: torch.nn.Module, tokenizer: Any, adapters: Any = N
     if "per_task" in summary["success_warm_start"]:
         summary["rl_gain"], summary["rl_gain_stderr"] = paired_gain(summary["success_warm_start"],
                                                                     summary["success_final"])
-    if config.algo == "mosaic":
-        # Where this run's credit departed from broadcast's on its logged groups (docs/algorithms.md, section 8):
-        # this run's own iteration logs only (a folder may hold an older run's later iterations).
-        paths = [_iteration_log(out, it) for it in range(config.iterations)]
-        try:
-            compared = compare_credit(r for path in paths if path.is_file() for r in logs.read(path))
-        except ValueError as err:  # a damaged log (logs.LogError is one) costs the comparison, not the summary
-            run.log(f"credit comparison skipped: {err}")
-        else:
-            if compared["groups"]["n"]:
-                summary["credit_vs_broadcast"] = compared
+    # Where this run's credit departed from broadcast's on its logged groups (docs/algorithms.md, section 8):
+    # this run's own iteration logs only (a folder may hold an older run's later iterations).
+    paths = [_iteration_log(out, it) for it in range(config.iterations)]
+    try:
+        compared = credit_for(config).compare(r for path in paths if path.is_file() for r in logs.read(path))
+    except ValueError as err:  # a damaged log (logs.LogError is one) costs the comparison, not the summary
+        run.log(f"credit comparison skipped: {err}")
+    else:
+        if compared is not None and compared["groups"]["n"]:
+            summary["credit_vs_broadcast"] = compared
     write_text_atomic(out / "summary.json", json.dumps(summary, indent=2))  # a study reads it as "finished"
     from .plots import plot_training
 
@@ -277,7 +276,7 @@ def rl_iteration(config: TrainConfig, it: int, agent: LLMAgent, learner: PolicyG
     """
     times = PhaseTimes()
     tasks = env.unwrapped.tasks
-    mosaic_rollout = config.algo == "mosaic" and config.estimator == "rollout"
+    credit = credit_for(config)
     trajectories, groups, budgets = [], [], []
     rounds = config.dynamic_max_draws if config.dynamic_sampling else 1
     unequal = drawn = 0
@@ -294,7 +293,7 @@ def rl_iteration(config: TrainConfig, it: int, agent: LLMAgent, learner: PolicyG
                                  group=g, transcript=log_to is not None and g < config.log_groups)
                          for _ in range(config.group_size)]
         with times.phase("rollouts"):
-            runs = collector.run(agent, requests, record_snapshots=mosaic_rollout, progress=f"rollouts {it}")
+            runs = collector.run(agent, requests, record_snapshots=credit.needs_snapshots, progress=f"rollouts {it}")
         trajectories += runs
         for g in range(first, first + config.tasks_per_iter):
             group = [t for t in runs if t.group == g]
@@ -309,23 +308,18 @@ def rl_iteration(config: TrainConfig, it: int, agent: LLMAgent, learner: PolicyG
     sequences, all_adv, contrib_abs, contrib_positive, logged = [], [], [], [], []
     for group in groups:
         d = None
-        if config.algo == "mosaic":
-            if config.estimator == "rollout":
-                with times.phase("continuations"):
-                    d = credit.rollout_contributions(group, collector, agent, config.continuations,
-                                                     seed=int(rng.integers(2**31)), root_start=config.root_start)
-            else:
-                with times.phase("scoring"):
-                    d = credit.likelihood_contributions(group, agent.model, agent.encode_action,
-                                                        env.unwrapped.task(group[0].task_id).answer,
-                                                        device=config.pg.device)
+        if credit.phase is not None:
+            with times.phase(credit.phase):
+                d = credit.contributions(group, collector, agent, env.unwrapped.task(group[0].task_id).answer, rng,
+                                         config.pg.device)
             contrib_abs.append(float(np.abs(np.concatenate(d)).mean()))
             contrib_positive += list(np.concatenate(d) > 0)
-        advantage = learner.session_advantages(group, d)  # (trajectory, session id) -> A_s
+        advantage = credit.session_advantages(group, d)  # (trajectory, session id) -> A_s
         if group and group[0].transcript is not None:
             question = env.unwrapped.task(group[0].task_id).question
             logged += [logs.from_trajectory(t, question, "train", iteration=it, group=t.group, credit=c)
-                       for t, c in zip(group, logs.credit_by_session(group, advantage, d, learner))]
+                       for t, c in zip(group, logs.credit_by_session(group, advantage, d, credit.columns(group, d),
+                                                                     credit.name))]
         for i, t in enumerate(group):
             for sid, per_session in session_sequences(t).items():
                 for s in per_session:

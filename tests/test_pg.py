@@ -344,12 +344,15 @@ def test_a_collector_keeps_the_steps_a_recording_agent_returns_and_only_those():
 
 
 def test_session_advantages_are_keyed_by_trajectory_and_session(model):
+    from algos.credit import credit_for
+
     tree = lambda n: {"sessions": [{"id": k} for k in range(n)]}  # noqa: E731
     group = [Trajectory(0, "t", 8, reward, tree(n)) for reward, n in ((1.0, 2), (0.0, 1), (1.0, 3))]
     d = [np.array([0.5, -0.5]), np.array([0.0]), np.array([0.2, 0.1, -0.3])]
-    pg = PolicyGradient(model, PGConfig(advantage="mosaic"))
-    keyed = pg.session_advantages(group, d)
-    rows = pg.advantages([1.0, 0.0, 1.0], [0, 0, 1, 2, 2, 2], np.concatenate(d))
+    config = TrainConfig(algo="mosaic")
+    keyed = credit_for(config).session_advantages(group, d)
+    # The learner's own formula on the same rows (one switch: algos.advantages.by_name).
+    rows = PolicyGradient(model, config.pg).advantages([1.0, 0.0, 1.0], [0, 0, 1, 2, 2, 2], np.concatenate(d))
     assert list(keyed) == [(0, 0), (0, 1), (1, 0), (2, 0), (2, 1), (2, 2)]
     assert list(keyed.values()) == rows.tolist()
     assert keyed[(0, 0)] != keyed[(0, 1)]  # Mosaic tells a trajectory's sessions apart

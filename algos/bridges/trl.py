@@ -213,7 +213,7 @@ class MosaicGRPOTrainer(GRPOTrainer):
 
     def score_group(self, group: list[Trajectory]) -> SessionGroup:
         """One group's contributions (Mosaic, by the agent over the current weights) and one advantage per session,
-        keyed ``(i, sid)``: every session of the tree, as :meth:`algos.pg.PolicyGradient.session_advantages` keys
+        keyed ``(i, sid)``: every session of the tree, as :meth:`algos.credit.Credit.session_advantages` keys
         them (a session that never acted counts in ``K_i`` but has no row)."""
         c = self.credit
         agent = self.agent()

@@ -54,6 +54,7 @@ class _Given(argparse.Action):
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    from algos.advantages import ALGORITHMS
     from algos.config import TrainConfig
 
     d = TrainConfig()
@@ -69,7 +70,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=HelpFormatter,
     )
     p.register("action", None, _Given)  # the default action: every flag below notes that it was given
-    p.add_argument("--algo", default=d.algo, choices=["broadcast", "mosaic"], help="credit assignment")
+    p.add_argument("--algo", default=d.algo, choices=ALGORITHMS, help="credit assignment")
     p.add_argument("--env", default=d.env_id, help="environment id (mosaic/WebQA-v0, -Compact-, -Fork-, -Single-)")
     p.add_argument("--site", default="builtin",
                    help="'builtin', or a corpus: a folder of .html files, a folder with documents.jsonl, or a "
