@@ -472,7 +472,10 @@ class WebQAEnv(gym.Env[str, str]):
             url = links[target - 1].url
         else:
             url = target.strip()
-        parts = urllib.parse.urlsplit(url)
+        try:
+            parts = urllib.parse.urlsplit(url)
+        except ValueError as err:  # e.g. "http://[bad": an unbalanced IPv6 bracket
+            raise ActionError(f"{shown(url)} is not a URL or path this website has ({err})") from None
         if parts.scheme in ("http", "https") and parts.netloc:
             local = self.site.local_path(url)  # a corpus document's own URL opens its page
             if local is None:

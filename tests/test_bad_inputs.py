@@ -299,3 +299,15 @@ def _reaches_a_page(name: str, links: dict[str, str]) -> bool:
         seen.add(name)
         name = links[name]
     return name in "abcde" and name not in links
+
+
+@pytest.mark.parametrize("target", ["http://[bad", "https://[::1", "http://[", "//[x]y/", "https://a]b[/"])
+def test_an_unparseable_url_is_an_action_error_not_a_crash(target):
+    import gymnasium as gym
+
+    import envs  # noqa: F401
+
+    env = gym.make("mosaic/WebQA-v0", site_size=120, max_steps=4)
+    env.reset(seed=0)
+    _, _, terminated, truncated, info = env.step(f'open("{target}")')
+    assert info["action_error"] and not terminated and not truncated
