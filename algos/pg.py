@@ -47,8 +47,6 @@ from .config import PGConfig
 if TYPE_CHECKING:
     from transformers import DynamicCache
 
-    from .rollout import Trajectory
-
 
 def sequence_logprobs(model: torch.nn.Module, sequences: Sequence[TrainSequence], device: torch.device,
                       prefix: SharedPrefix | None = None, with_entropy: bool = False
