@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import json
-import math
 import os
 
 import pytest
+
+from helpers import SITE_SIZE
 
 # Tests run on two cores beside other work: keep torch from oversubscribing them.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-SITE_SIZE = 150
-# The smallest tiny Llama (about 85k parameters): it runs every code path a tiny-1m run does, 3-4x faster. Tests
-# that check learning, not plumbing, keep tiny-1m.
-TEST_MODEL = "tiny-100k"
 
 
 # The files that take longest (Chromium, Ray, subprocesses, the SmolLM2 conversion: 15-70 s each, measured on 2
@@ -46,22 +42,6 @@ def small_site():
     return load_site("builtin", site_seed=0, site_size=SITE_SIZE)
 
 
-def record_stream(env, agent, steps: int) -> list[tuple]:
-    """``steps`` agent steps in ``env`` (reset with seeds 0, 1, ... whenever an episode ends), as a list of
-    (action, obs, reward, terminated, truncated, info), with ("reset", obs, info) after each reset."""
-    out, seed = [], 0
-    obs, info = env.reset(seed=seed)
-    while len(out) < steps:
-        action = agent.act(obs, info)
-        obs, reward, terminated, truncated, info = env.step(action)
-        out.append((action, obs, reward, terminated, truncated, info))
-        if terminated or truncated:
-            seed += 1
-            obs, info = env.reset(seed=seed)
-            out.append(("reset", obs, info))
-    return out
-
-
 @pytest.fixture(scope="session")
 def ray_cluster():
     """One small local Ray cluster for every test that needs one (starting Ray takes seconds), shut down at
@@ -79,24 +59,3 @@ def ray_cluster():
     yield ray
     if started:
         ray.shutdown()
-
-
-BENCH_ROW_KEYS = {"bench", "name", "value", "unit", "baseline", "baseline_value", "baseline_unit", "ratio"}
-
-
-def bench_smoke(tmp_path, only: tuple[str, ...]) -> dict:
-    """``mosaic bench --smoke --only ONLY``'s results, checked for the shape every report has."""
-    from mosaic_gym.cli import main
-
-    assert main(["bench", "--smoke", "--only", ",".join(only), "--out", str(tmp_path), "--no-progress"]) == 0
-    result = json.loads((tmp_path / "bench.json").read_text())
-    assert result["settings"] == "smoke" and result["errors"] == {}
-    assert set(result["benchmarks"]) == set(only) == set(result["seconds"])
-    rows = result["figures"]
-    assert {row["bench"] for row in rows} == set(only)
-    for row in rows:
-        assert set(row) == BENCH_ROW_KEYS, row
-        assert isinstance(row["value"], (int, float)) and math.isfinite(row["value"]), row
-        if row["baseline_value"] is not None:
-            assert row["ratio"] == round(row["value"] / row["baseline_value"], 4), row
-    return result

@@ -1,4 +1,6 @@
-"""Helpers for the tests (not fixtures: those are in conftest.py).
+"""Helpers for the tests (not fixtures: those are in conftest.py): the small site's size and the test model, the
+stream of an agent's steps, the shape of a bench report, and float32 tolerances. Tests import them from here
+(``from helpers import SITE_SIZE``), never from conftest.
 
 :func:`float32_tol` is the tolerance for comparing one float32 quantity computed along two paths (a stored score
 and a recomputed one, a batch and a single pass, two micro-batchings): the paths sum in different orders, and
@@ -7,7 +9,52 @@ torch's CPU kernels pick their order by the CPU (AVX-512, AVX2, none), so the la
 
 from __future__ import annotations
 
+import json
+import math
+
 import numpy as np
+
+SITE_SIZE = 150
+# The smallest tiny Llama (about 85k parameters): it runs every code path a tiny-1m run does, 3-4x faster. Tests
+# that check learning, not plumbing, keep tiny-1m.
+TEST_MODEL = "tiny-100k"
+
+
+def record_stream(env, agent, steps: int) -> list[tuple]:
+    """``steps`` agent steps in ``env`` (reset with seeds 0, 1, ... whenever an episode ends), as a list of
+    (action, obs, reward, terminated, truncated, info), with ("reset", obs, info) after each reset."""
+    out, seed = [], 0
+    obs, info = env.reset(seed=seed)
+    while len(out) < steps:
+        action = agent.act(obs, info)
+        obs, reward, terminated, truncated, info = env.step(action)
+        out.append((action, obs, reward, terminated, truncated, info))
+        if terminated or truncated:
+            seed += 1
+            obs, info = env.reset(seed=seed)
+            out.append(("reset", obs, info))
+    return out
+
+
+BENCH_ROW_KEYS = {"bench", "name", "value", "unit", "baseline", "baseline_value", "baseline_unit", "ratio"}
+
+
+def bench_smoke(tmp_path, only: tuple[str, ...]) -> dict:
+    """``mosaic bench --smoke --only ONLY``'s results, checked for the shape every report has."""
+    from mosaic_gym.cli import main
+
+    assert main(["bench", "--smoke", "--only", ",".join(only), "--out", str(tmp_path), "--no-progress"]) == 0
+    result = json.loads((tmp_path / "bench.json").read_text())
+    assert result["settings"] == "smoke" and result["errors"] == {}
+    assert set(result["benchmarks"]) == set(only) == set(result["seconds"])
+    rows = result["figures"]
+    assert {row["bench"] for row in rows} == set(only)
+    for row in rows:
+        assert set(row) == BENCH_ROW_KEYS, row
+        assert isinstance(row["value"], (int, float)) and math.isfinite(row["value"]), row
+        if row["baseline_value"] is not None:
+            assert row["ratio"] == round(row["value"] / row["baseline_value"], 4), row
+    return result
 
 FLOAT32_EPS = float(np.finfo(np.float32).eps)  # 2**-23, about 1.19e-7
 

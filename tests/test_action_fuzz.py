@@ -27,7 +27,7 @@ from envs import actions
 from envs.actions import (MAX_ACTION_CHARS, MAX_ARG_CHARS, MAX_EXPRESSION_CHARS, MAX_NUMBER_DIGITS, TOOL_ARGS,
                           Action, ActionError, parse_action)
 
-from conftest import SITE_SIZE
+from helpers import SITE_SIZE
 
 ENV_IDS = sorted(envs.VARIANTS)
 TOOLS = sorted(TOOL_ARGS)

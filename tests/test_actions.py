@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 import envs  # noqa: F401  (registers the ids)
 from envs.actions import TOOL_ARGS, Action, ActionError, format_action, parse_action
 
-from conftest import SITE_SIZE
+from helpers import SITE_SIZE
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,7 @@ from envs.checks import shown
 from envs.prompts import ROLE_TAG
 from envs.web.corpus import CorpusError, CorpusWarning, load_corpus
 
-from conftest import SITE_SIZE
+from helpers import SITE_SIZE
 
 DOC = {"id": "d1", "url": "/wiki/Edra_Vane", "title": "Edra Vane", "text": "Edra Vane was a painter."}
 TASK = {"id": "t1", "question": "Who painted?", "answer": "Edra Vane", "split": "train"}
@@ -304,8 +304,6 @@ def _reaches_a_page(name: str, links: dict[str, str]) -> bool:
 @pytest.mark.parametrize("target", ["http://[bad", "https://[::1", "http://[", "//[x]y/", "https://a]b[/"])
 def test_an_unparseable_url_is_an_action_error_not_a_crash(target):
     import gymnasium as gym
-
-    import envs  # noqa: F401
 
     env = gym.make("mosaic/WebQA-v0", site_size=120, max_steps=4)
     env.reset(seed=0)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import bench_smoke
+from helpers import bench_smoke
 from mosaic_gym.bench import bench_env, suite
 from mosaic_gym.cli import main
 

@@ -6,7 +6,7 @@ Speeds depend on the machine, so nothing here asserts one (tests/test_bench.py c
 
 from __future__ import annotations
 
-from conftest import bench_smoke
+from helpers import bench_smoke
 
 
 def test_iteration_bench_runs_every_algorithm_on_the_same_episodes(tmp_path):

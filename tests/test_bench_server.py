@@ -6,7 +6,7 @@ Speeds depend on the machine, so nothing here asserts one (tests/test_bench.py c
 
 from __future__ import annotations
 
-from conftest import bench_smoke
+from helpers import bench_smoke
 
 
 def test_server_and_playwright_benches_report(tmp_path):

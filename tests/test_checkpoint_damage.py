@@ -22,7 +22,7 @@ from algos.study import warm_start_configs
 from mosaic_gym.cli import build_parser, main
 from mosaic_gym.commands.train import config_from_args
 
-from conftest import SITE_SIZE, TEST_MODEL
+from helpers import SITE_SIZE, TEST_MODEL
 
 # A warm start and no RL iteration (phase "rl", iteration 0), the KL reference kept: every entry a resume reads.
 ARGS = ["--model", TEST_MODEL, "--site-size", str(SITE_SIZE), "--max-steps", "6", "--bc-episodes", "2",

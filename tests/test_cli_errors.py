@@ -14,7 +14,7 @@ import torch
 
 from mosaic_gym.cli import main
 
-from conftest import SITE_SIZE
+from helpers import SITE_SIZE
 
 EVAL = ["eval", "--site-size", str(SITE_SIZE), "--n", "1", "--ks", "1", "--ts", "4", "--tasks", "1"]
 

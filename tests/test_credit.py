@@ -20,7 +20,7 @@ from algos import advantages
 from algos.bc import TeacherForcing
 from algos.credit import chains, likelihood_contributions, rollout_contributions
 from algos.rollout import Collector, Request, Trajectory
-from conftest import SITE_SIZE
+from helpers import SITE_SIZE
 from envs.actions import format_action
 
 BUDGET = 14

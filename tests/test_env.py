@@ -13,7 +13,7 @@ import envs
 from agents import OracleAgent, RandomAgent
 from envs.actions import MAX_ACTION_CHARS, ActionError, format_action, parse_action
 from envs.spaces import SHARED_MEMORY_BYTES, AnyText
-from conftest import SITE_SIZE, record_stream
+from helpers import SITE_SIZE, record_stream
 
 IDS = sorted(envs.VARIANTS)
 

@@ -19,7 +19,7 @@ import mosaic_gym.commands.eval
 from agents import OracleAgent, RandomAgent
 from mosaic_gym.cli import main
 from algos.evaluate import pass_at_kt
-from conftest import SITE_SIZE
+from helpers import SITE_SIZE
 from envs import WebQAEnv
 
 # Wide enough to cut off every agent here somewhere, and to let the oracle finish everything at the top.

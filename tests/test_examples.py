@@ -12,7 +12,7 @@ import gymnasium as gym
 
 import envs  # noqa: F401  (registers the environments)
 from agents import Agent
-from conftest import SITE_SIZE
+from helpers import SITE_SIZE
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 

@@ -21,7 +21,7 @@ from algos.pg import sequence_logprobs
 from algos.rollout import Collector, Request, session_sequences
 from envs.prompts import EXAMPLE_EXCHANGE
 
-from conftest import SITE_SIZE, TEST_MODEL
+from helpers import SITE_SIZE, TEST_MODEL
 
 # A ChatML template like SmolLM2's and Qwen's: role markers written as plain text, a turn closed by its marker.
 CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"

@@ -18,7 +18,7 @@ from agents import OracleAgent
 from algos import logs
 from algos.evaluate import pass_at_kt
 from algos.reporting import ReporterWarning, make_reporters, scalars
-from conftest import SITE_SIZE
+from helpers import SITE_SIZE
 from mosaic_gym.cli import main
 
 

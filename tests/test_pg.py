@@ -23,7 +23,7 @@ from agents.records import AgentStep, Choice
 from algos.config import PGConfig, TrainConfig
 from algos.pg import PolicyGradient, micro_batches, sequence_logprobs
 from algos.rollout import Collector, Request, TrainSequence, Trajectory, session_sequences
-from conftest import SITE_SIZE
+from helpers import SITE_SIZE
 
 TEXTS = ['Question: where was Edra Vane born? search("Edra Vane") open(1) answer("Oskarde")',
          'Question: who founded Tolis Marr? search("Tolis Marr") open(2) answer("Ikel Osk")'] * 20

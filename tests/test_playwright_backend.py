@@ -21,7 +21,7 @@ from gymnasium.utils.env_checker import check_env
 import envs  # noqa: F401  (registers the environments)
 from envs import playwright_backend
 from agents import RandomAgent
-from conftest import SITE_SIZE, record_stream
+from helpers import SITE_SIZE, record_stream
 from envs.actions import format_action
 from envs.backends import TextBackend
 from envs.playwright_backend import (CHROMIUM_ENV, DEFAULT_CHROMIUM, ORIGIN, ChromiumNotFound, PlaywrightBackend,

@@ -31,7 +31,7 @@ import gymnasium as gym
 import pytest
 
 import envs  # noqa: F401  (registers the environments)
-from conftest import SITE_SIZE
+from helpers import SITE_SIZE
 from envs.actions import format_action
 from envs.playwright_backend import CHROMIUM_ARGS, child_processes
 

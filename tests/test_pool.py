@@ -19,7 +19,7 @@ from agents import OracleAgent
 from algos.rollout import Collector, Request
 from envs.pool import LocalPool, RayPool
 
-from conftest import SITE_SIZE
+from helpers import SITE_SIZE
 
 ENV_ID = "mosaic/WebQA-v0"
 

@@ -22,7 +22,7 @@ from agents.records import TrainSequence
 from algos.config import PGConfig, TrainConfig
 from algos.pg import PolicyGradient, minibatch_split, run_key, sequence_logprobs
 from algos.probes import probe_probabilities, summary_states
-from conftest import SITE_SIZE, TEST_MODEL
+from helpers import SITE_SIZE, TEST_MODEL
 
 CPU = torch.device("cpu")
 TEXTS = ['Question: where was Edra Vane born? search("Edra Vane") open(1) answer("Oskarde")',

@@ -25,7 +25,7 @@ from algos.checkpoint import CheckpointError, load_checkpoint, payload_digest, s
 from mosaic_gym.cli import build_parser, main
 from mosaic_gym.commands.train import config_from_args, resume_config
 from algos.config import ConfigError, read_config, write_config
-from conftest import SITE_SIZE, TEST_MODEL
+from helpers import SITE_SIZE, TEST_MODEL
 
 # The tiniest run that still does everything: 2 demonstrations, 2 RL iterations of one group of 2, every test
 # task evaluated once. One-hop tasks, short chunks and windows: compactions mid-episode, so Mosaic has sessions

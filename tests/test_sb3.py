@@ -18,7 +18,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
 import envs
 import envs.sb3
-from conftest import SITE_SIZE
+from helpers import SITE_SIZE
 from envs.actions import parse_action
 from envs.sb3 import (GLOBAL_FEATURES, INVALID_ACTION, SLOT_FEATURES, TOOLS, CandidateActions, fit_candidates,
                       make_sb3_env)

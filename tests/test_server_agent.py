@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import envs  # noqa: F401  (registers the environments)
 from algos.rollout import Collector, Request
 
-from conftest import SITE_SIZE
+from helpers import SITE_SIZE
 
 from agents.server import ServerAgent, ServerError, ServerUnavailable, TransformersServer
 

@@ -22,7 +22,7 @@ from algos.checkpoint import load_checkpoint, save_checkpoint
 from algos.config import PGConfig, TrainConfig
 from algos.pg import PolicyGradient
 from algos.rollout import Collector, Request
-from conftest import SITE_SIZE, TEST_MODEL
+from helpers import SITE_SIZE, TEST_MODEL
 
 # Tiny everything: one-hop tasks, short page chunks and windows (short contexts, and compactions mid-episode,
 # so Mosaic's rollout estimator branches continuations), a few demonstrations, tiny groups.

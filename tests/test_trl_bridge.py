@@ -23,7 +23,7 @@ from algos import advantages as adv  # noqa: E402
 from algos.bridges.trl import MosaicGRPOTrainer, SessionCredit, task_dataset  # noqa: E402
 from algos.rollout import Collector, Request, session_sequences  # noqa: E402
 
-from conftest import SITE_SIZE, TEST_MODEL  # noqa: E402
+from helpers import SITE_SIZE, TEST_MODEL  # noqa: E402
 
 # A window of a search and a page or so: most episodes compact, so a trajectory has several sessions.
 ENV = {"site_size": SITE_SIZE, "hops": 1, "max_steps": 5, "chunk_tokens": 96, "session_max_tokens": 250}

@@ -17,7 +17,7 @@ import pytest
 import envs  # noqa: F401  (registers the ids)
 from envs.webqa import NO_SESSION
 
-from conftest import SITE_SIZE
+from helpers import SITE_SIZE
 
 NUM_ENVS = 4
 # Always offered beside the env's candidates, so that episodes compact, fork, finish and answer.
