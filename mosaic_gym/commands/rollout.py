@@ -46,12 +46,14 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from agents.server import ServerError
     from algos import logs
+    from envs.pool import PoolError
 
     log = logs.TrajectoryLog(f"{args.out}/rollout{logs.SUFFIX}") if args.out else None
     stepper = PoolEnv(make_pool(args, 1, **({"candidates": True} if args.mode == "choose" else {}))) if args.ray else env  # with --ray the env steps on a Ray worker
     try:
         wins = _episodes(args, agent, stepper, log)
-    except ServerError as err:  # an inference server that stopped answering, or answered nonsense
+    except (ServerError, PoolError) as err:  # an inference server that stopped answering or answered nonsense; Ray
+        # env workers that kept dying or hanging past their replacements
         print(f"mosaic rollout: {err}", file=sys.stderr)
         return 2
     finally:

@@ -291,6 +291,7 @@ def run(args: argparse.Namespace) -> int:
     from algos.checkpoint import CheckpointError
     from algos.config import ConfigError
     from algos.train import train
+    from envs.pool import PoolError
 
     try:
         config = resume_config(args) if args.resume else config_from_args(args)
@@ -312,7 +313,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"mosaic train: {warning.message}", file=sys.stderr)
         with quiet_progress(args.no_progress):
             train(config, reporters=reporters)
-    except (CheckpointError, ConfigError) as err:
+    except (CheckpointError, ConfigError, PoolError) as err:  # PoolError: Ray env workers that kept dying or hanging
         raise SystemExit(f"mosaic train: {err}") from None
     except SetupError as err:
         if not existed:
