@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
-import json
 import os
 import subprocess
 import sys
