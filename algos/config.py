@@ -84,16 +84,19 @@ class TrainConfig:
     algo: str = "mosaic"  # credit assignment: "broadcast" or "mosaic"
     env_id: str = "mosaic/WebQA-v0"  # environment id
     env_kwargs: dict = field(default_factory=lambda: {
-        "site_size": 600, "hops": 1, "max_steps": 8, "candidates": True,
-        "session_max_tokens": 600})  # gym.make kwargs: a window that holds a search and one page, so two sessions
-    # are needed: search and read, compact (the env asks), then answer from the summary
+        "site_size": 600, "hops": 1, "max_steps": 5, "candidates": True, "session_max_tokens": 600,
+        "summary_choices": True})  # gym.make kwargs: a window that holds a search and one page, so two sessions
+    # are needed: search and read, compact (the env asks; the policy picks the complete or a lossy summary), then
+    # answer from the summary; at T=5 only the complete summary leaves the steps to answer (the session decision
+    # decides the reward: docs/results.md)
     model: str = "tiny-1m"  # tiny-100k | tiny-1m | tiny-3m | tiny-10m | smollm2 | a folder | a hub id
     mode: str = "choose"  # LLMAgent mode: "choose" (score candidates) or "generate" (free text)
     temperature: float = 1.0  # sampling temperature of the RL rollouts (mosaic train --rl-temperature)
     eval_temperature: float | None = None  # sampling temperature of held-out evaluation (None: as in RL)
-    eval_greedy: bool = False  # also held-out success at temperature 0 (one run per test task: it is deterministic)
-    length_normalize: bool = False  # choose mode: score a candidate by its mean token log-prob, not the sum (so a
-    # long candidate, such as a fork's sub-question, is not less likely for its length alone)
+    eval_greedy: bool = True  # also held-out success at temperature 0 (one run per test task: it is deterministic)
+    length_normalize: bool = True  # choose mode: score a candidate by its mean token log-prob, not the sum (so a
+    # long candidate, such as a fork's sub-question or the complete summary, is not less likely for its length
+    # alone: summed, the warm start put P(complete summary) at 0.003, docs/findings.md)
     max_new_tokens: int = 128  # generate mode: a step's tokens stop at the first complete call, or here
     prompt_examples: bool = False  # put envs.prompts.EXAMPLE_EXCHANGE (a worked exchange) in every prompt: shows a
     # pretrained instruct model the call format (its tokens are the agent's, outside the env's window)
@@ -103,19 +106,21 @@ class TrainConfig:
     bc_lr: float = 2e-3  # warm-start learning rate
     bc_compact_at: float | None = None  # oracle compacts past this fraction of the window (None: when asked)
     bc_fork: bool = True  # oracle forks one subagent per sub-question
-    bc_max_steps: int | None = None  # step budget of the demonstrations (None: the env's); a larger one lets the
+    bc_max_steps: int | None = 12  # step budget of the demonstrations (None: the env's); a larger one lets the
     # oracle's recoveries (after an error or a lossy summary) succeed, so they are cloned
-    bc_styles: list | None = None  # varied demonstrations: oracle styles used in turn, each a dict of
-    # OracleAgent knobs ({"compact_at": 0.5, "fork": False, "error_rate": 0.1}); None: one style, bc_compact_at/bc_fork
-    iterations: int = 40  # RL iterations (one policy-gradient step each); 40 in the demo: 10 and 20 gave no
-    # held-out gain over seeds, 40 the closest to one (scripts/demo_iterations.py, docs/results.md)
+    bc_styles: list | None = field(default_factory=lambda: [{"lossy_summary": 0.5}])  # varied demonstrations: oracle
+    # styles used in turn, each a dict of OracleAgent knobs ({"compact_at": 0.5, "fork": False, "error_rate": 0.1,
+    # "lossy_summary": 0.5}); None: one style, bc_compact_at/bc_fork. The default takes the lossy summary half the
+    # time (then reads again), so the warm start leaves the summary decision near P(complete) = 0.35-0.5 for RL
+    iterations: int = 10  # RL iterations (one PPO update each); the probe passes 0.9 after about 7 (docs/results.md)
     tasks_per_iter: int = 6  # groups per iteration
     log_groups: int = 2  # groups per iteration whose trajectories are logged to out/trajectories/ (0: none)
     group_size: int = 8  # trajectories per group (one task, one budget)
     dynamic_sampling: int = 0  # DAPO-style: draw groups (tasks_per_iter at a time) until this many have unequal
     # rewards, and train on those alone (0: off, every drawn group is trained on)
     dynamic_max_draws: int = 4  # dynamic sampling: at most this many rounds of tasks_per_iter groups per iteration
-    probe: str | None = None  # "summary": P(complete summary) at fixed compaction states after every iteration
+    probe: str | None = "auto"  # "summary": P(complete summary) at fixed compaction states after every iteration;
+    # "auto": that probe where the env offers summaries to choose from (choose mode, summary_choices), none elsewhere
     probe_states: int = 32  # how many fixed states the probe measures (one per training task, at most)
     budgets: str | None = None  # BudgetMix spec ("8", "4,8,16", "log:4-32", "schedule:0=4,20=8"); None: env's
     estimator: str = "rollout"  # Mosaic's marginal contribution: "rollout" or "likelihood"
@@ -137,9 +142,24 @@ class TrainConfig:
     ray: str | None = None  # env workers on Ray: "local" (ray.init()), a cluster address, or None (in-process)
     warm_start_from: str | None = None  # a finished warm-start-only run (iterations=0) whose warm start this run
     # continues from, exactly as if it had computed it (settings but WARM_START_FREE must match); None: its own
-    pg: PGConfig = field(default_factory=lambda: PGConfig(lr=1e-3, micro_batch_tokens=2048))  # learner settings
-    # (2,048 padded tokens per micro-batch: the same gradient as larger ones up to rounding, a third of the memory
-    # and 1.4-2.6x the speed of 32,768 on CPU; docs/performance.md)
+    pg: PGConfig = field(default_factory=lambda: PGConfig(lr=1e-3, micro_batch_tokens=2048, epochs=2, minibatches=2,
+                                                          target_kl=0.03))  # learner settings: PPO, 2 epochs of 2
+    # minibatches with a target KL (KL 0.02-0.04 per update; one step of one epoch has no trust region). 2,048 padded
+    # tokens per micro-batch: the same gradient as larger ones up to rounding, a third of the memory and 1.4-2.6x
+    # the speed of 32,768 on CPU (docs/performance.md)
+
+    @property
+    def summary_decision(self) -> bool:
+        """Whether the policy chooses its summaries: choose mode in an env made with ``summary_choices``."""
+        return self.mode == "choose" and isinstance(self.env_kwargs, dict) and bool(
+            self.env_kwargs.get("summary_choices"))
+
+    @property
+    def active_probe(self) -> str | None:
+        """The probe this run measures: ``probe``, with ``"auto"`` resolved."""
+        if self.probe == "auto":
+            return "summary" if self.summary_decision else None
+        return self.probe
 
     def __post_init__(self):
         if self.algo not in ALGORITHMS:
@@ -155,8 +175,12 @@ class TrainConfig:
         _check_count("dynamic_max_draws", self.dynamic_max_draws, 1, "give the most rounds of groups an iteration "
                      "draws, an integer >= 1")
         _check_count("probe_states", self.probe_states, 1, "give an integer >= 1")
-        if self.probe not in (None, "summary"):
-            raise ValueError(f"probe={self.probe!r}: use 'summary' or None")
+        if self.probe not in (None, "summary", "auto"):
+            raise ValueError(f"probe={self.probe!r}: use 'summary', 'auto' or None")
+        if self.probe == "summary" and not self.summary_decision:
+            raise ValueError("probe='summary' measures the summary choice: it needs mode='choose' and "
+                             "env_kwargs summary_choices=True (mosaic train --summary-choices), or probe=None "
+                             "(--probe none)")
         if self.bc_max_steps is not None:
             _check_count("bc_max_steps", self.bc_max_steps, 1, "give a step budget >= 1, or None for the env's")
         for name in ("temperature", "eval_temperature"):
@@ -237,13 +261,34 @@ def config_to_json(config: TrainConfig) -> dict[str, Any]:
     return data
 
 
+ABSENT_MEANS = {"eval_temperature": None, "eval_greedy": False, "bc_max_steps": None, "dynamic_sampling": 0,
+                "dynamic_max_draws": 4, "probe": None, "probe_states": 32}
+"""What a setting that an older ``config.json`` lacks meant when that run was made: off. (Defaults change; a run
+written before a setting existed is resumed, extended or compared as what it was.)"""
+
+
 def config_from_json(data: dict[str, Any], out: str | Path) -> TrainConfig:
-    """The :class:`TrainConfig` that :func:`config_to_json` wrote, run in ``out`` (unknown fields are an error)."""
+    """The :class:`TrainConfig` that :func:`config_to_json` wrote, run in ``out`` (unknown fields are an error;
+    fields it lacks, written before they existed, take :data:`ABSENT_MEANS`)."""
     known = {f.name for f in dataclasses.fields(TrainConfig)} - set(NOT_SETTINGS)
     unknown = sorted(set(data) - known)
     if unknown:
         raise TypeError(f"unknown settings {unknown}")
-    return TrainConfig(**data, out=str(out))
+    return TrainConfig(**{**ABSENT_MEANS, **data}, out=str(out))
+
+
+COMPACTION_DEMO: dict[str, Any] = {
+    "env_kwargs": {"site_size": 600, "hops": 1, "max_steps": 8, "candidates": True, "session_max_tokens": 600},
+    "iterations": 40, "bc_styles": None, "bc_max_steps": None, "length_normalize": False, "probe": None,
+    "eval_greedy": False}
+"""The demo before the summary decision was the default (one summary, T = 8, one PPO step per iteration): what
+docs/results.md's earlier rows, the iteration bench and examples/budgetmix.py measure."""
+
+
+def compaction_demo(**changes: Any) -> TrainConfig:
+    """:data:`COMPACTION_DEMO` as a :class:`TrainConfig` (its learner: lr 1e-3, one epoch of one step), with
+    ``changes``."""
+    return TrainConfig(**{**COMPACTION_DEMO, "pg": PGConfig(lr=1e-3, micro_batch_tokens=2048), **changes})
 
 
 def write_config(path: str | Path, config: TrainConfig) -> None:

@@ -82,6 +82,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "env_kwargs": {"site_size": 600, "hops": [1, 2], "max_steps": 12, "candidates": True,
                        "session_max_tokens": 1000},
         "bc_styles": COMPACTION_STYLES, "bc_episodes": 64, "eval_budgets": [4, 8],  # and 12, the env's
+        "bc_max_steps": None, "length_normalize": False, "eval_greedy": False,  # (as when its runs were made)
     },
     # Compare tasks of three items, each a one-hop sub-question: fork each to a subagent, or do all three in one
     # session (the window holds them). They ask for the winning year: asked for the winner, every name to guess
@@ -93,7 +94,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "env_id": "mosaic/WebQA-Fork-v0",
         "env_kwargs": {"site_size": 3000, "hops": 2, "families": ["compare"], "compare_answer": "year",
                        "max_steps": 16, "candidates": True, "session_max_tokens": 2400},
-        "bc_styles": FORK_STYLES, "bc_episodes": 64, "length_normalize": True,
+        "bc_styles": FORK_STYLES, "bc_episodes": 64, "length_normalize": True, "bc_max_steps": None,
+        "eval_greedy": False,
         "eval_episodes": 4,  # success is near 0.1 here: 4 runs of each of the 10 test tasks, not 1
     },
 }

@@ -106,7 +106,7 @@ def train(config: TrainConfig, log: Any = print, reporters: Sequence[Any] = ()) 
                                "agent_rng": agent.generator.get_state(), "config": config_to_json(config), **ref})
 
     probe_states = None
-    if config.probe == "summary":
+    if config.active_probe == "summary":
         probe_states = summary_states(make_env(), config.probe_states, seed=10_007)
     parts = _Run(config, out, agent, learner, collector, eval_collector, env, state, save, log, reporters,
                  probe_states)
@@ -119,7 +119,7 @@ def train(config: TrainConfig, log: Any = print, reporters: Sequence[Any] = ()) 
 def _probe(config: TrainConfig, agent: LLMAgent, states: list[ProbeState]) -> dict[str, Any]:
     """``config.probe``'s metrics of the policy as it stands (:mod:`algos.probes`): exact, no sampling."""
     p = probe_probabilities(agent, states, config.temperature, config.length_normalize, device=config.pg.device)
-    return probe_metrics(p, config.probe or "summary")
+    return probe_metrics(p, config.active_probe or "summary")
 
 
 def _ray_pool(config: TrainConfig, split: str) -> EnvPool | None:

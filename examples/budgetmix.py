@@ -28,7 +28,7 @@ from matplotlib.figure import Figure  # noqa: E402
 import envs  # noqa: E402,F401  (registers the environments)
 from agents.llm import LLMAgent  # noqa: E402
 from agents.models import load_model  # noqa: E402
-from algos.config import TrainConfig  # noqa: E402
+from algos.config import compaction_demo  # noqa: E402
 from algos.evaluate import pass_at_kt  # noqa: E402
 from algos.train import train  # noqa: E402
 
@@ -45,10 +45,10 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     out = Path(args.out)
-    demo = TrainConfig()
+    demo = compaction_demo()  # the demo these results were made with (one summary per compaction)
     # 48 envs, the demo's default when docs/results.md's results were made (the batching decides the samples).
-    base = TrainConfig(algo=demo.algo, env_kwargs={**demo.env_kwargs, "max_steps": args.fixed, "show_budget": True},
-                       iterations=0, num_envs=48, seed=args.seed, out=str(out / "warm_start"))
+    base = compaction_demo(algo=demo.algo, env_kwargs={**demo.env_kwargs, "max_steps": args.fixed, "show_budget": True},
+                           iterations=0, num_envs=48, seed=args.seed, out=str(out / "warm_start"))
     if args.quick:
         base = dataclasses.replace(base, env_kwargs={**base.env_kwargs, "site_size": 150}, model="tiny-100k",
                                    bc_episodes=8, bc_epochs=1, tasks_per_iter=2, group_size=2, eval_episodes=1,

@@ -145,14 +145,16 @@ def test_train_takes_site_and_keeps_it_as_an_absolute_path(monkeypatch):
 
 
 def test_length_normalize_reaches_the_runs_agent():
-    """``--length-normalize`` is the run's setting and its agent's scoring; without it, candidates are summed."""
+    """``--length-normalize`` (the default) is the run's setting and its agent's scoring; with
+    ``--no-length-normalize``, candidates are summed."""
     from agents.models import load_model
     from algos.train import make_agent
     from mosaic_gym.cli import build_parser
     from mosaic_gym.commands.train import config_from_args
 
     model, tokenizer = load_model("tiny-1m", texts=["open(1) open(2)"] * 30)
-    for argv, expected in ((["train", "--length-normalize"], True), (["train"], False)):
+    for argv, expected in ((["train", "--length-normalize"], True), (["train"], True),
+                           (["train", "--no-length-normalize"], False)):
         config = config_from_args(build_parser().parse_args(argv))
         assert config.length_normalize is expected
         assert make_agent(config, model, tokenizer).length_normalize is expected

@@ -101,7 +101,7 @@ def test_run_folders_and_settings():
     assert {c.out for _, _, c in run_configs("recovery", "/x")} <= {c.out for _, _, c in run_configs("compaction", "/x")}
     with pytest.raises(ValueError, match="unknown"):
         run_configs("compactions", "/x")
-    assert set(CLAIMS) == {"compaction", "fork", "budgets", "recovery"}
+    assert set(CLAIMS) == {"summary", "compaction", "fork", "budgets", "recovery"}
 
 
 def test_a_summary_cut_short_counts_as_unfinished(tmp_path):

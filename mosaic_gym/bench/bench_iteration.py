@@ -48,7 +48,7 @@ from agents import OracleAgent
 from agents.llm import LLMAgent
 from agents.models import default_texts, load_model
 from algos.bc import TeacherForcing, clone
-from algos.config import TrainConfig
+from algos.config import TrainConfig, compaction_demo
 from algos.pg import PolicyGradient
 from algos.rollout import Collector, Request
 from algos.study import warm_start_configs
@@ -72,8 +72,9 @@ QUICK_TRAIN_ARGS = ["--model", "tiny-100k", "--site-size", "120", "--max-steps",
 
 
 def iteration_config(args: argparse.Namespace) -> TrainConfig:
-    """The demo's settings (``TrainConfig()``), smaller with ``--quick``."""
-    base = TrainConfig()
+    """The compaction demo's settings (:func:`algos.config.compaction_demo`: one summary per compaction, T = 8, one
+    PPO step per iteration, what the iteration rows have measured since they exist), smaller with ``--quick``."""
+    base = compaction_demo()
     if args.settings == "full":
         return base
     return dataclasses.replace(base, env_kwargs={**base.env_kwargs, **QUICK_ENV}, **QUICK_CONFIG)

@@ -39,7 +39,7 @@ SETS = {
     "dynamic_sampling": ("dynamic_sampling",), "dynamic_max_draws": ("dynamic_max_draws",), "probe": ("probe",),
     "probe_states": ("probe_states",), "summary_choices": ("env_kwargs.summary_choices",),
     "bc_max_steps": ("bc_max_steps",),
-}  # and --env-kwargs: each key of its JSON, env_kwargs.KEY
+}  # (a --no-X flag sets X's dest, so it is checked as X)  # and --env-kwargs: each key of its JSON, env_kwargs.KEY
 
 
 class _Given(argparse.Action):
@@ -64,8 +64,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "Train an LLM policy across sessions. With no arguments: the embedded CPU demo, a tiny model on easy "
             "builtin tasks (one-hop questions, candidate actions) in a 600-token window, so each episode takes two "
-            "sessions (read, compact, answer from the summary); oracle warm start then Mosaic RL, under 15 "
-            "minutes on 2 cores; it prints held-out success before and after RL, and sessions per trajectory."
+            "sessions (read, compact, answer from the summary); at the compaction the policy chooses the complete "
+            "summary or a lossy one, and at 5 steps only the complete one leaves the steps to answer. Oracle warm "
+            "start (taking either summary), then 10 iterations of PPO with Mosaic credit; it prints held-out "
+            "success before and after RL (sampled and greedy) and the probe P(complete summary)."
         ),
         formatter_class=HelpFormatter,
     )
@@ -94,8 +96,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="sampling temperature of held-out evaluation (default: the RL temperature)")
     p.add_argument("--eval-greedy", nargs=0, const=True, default=d.eval_greedy,
                    help="also evaluate greedily (temperature 0, one run per test task)")
+    p.add_argument("--no-eval-greedy", dest="eval_greedy", nargs=0, const=False, help="evaluate sampled runs only")
     p.add_argument("--length-normalize", nargs=0, const=True, default=d.length_normalize,
                    help="choose mode: score a candidate by its mean token log-prob, not the sum")
+    p.add_argument("--no-length-normalize", dest="length_normalize", nargs=0, const=False,
+                   help="choose mode: score a candidate by its summed token log-prob")
     p.add_argument("--max-new-tokens", type=at_least(1, "give --max-new-tokens 1 or more"), default=d.max_new_tokens,
                    help="generate mode: a step's tokens stop at its first complete call, or here")
     p.add_argument("--prompt-examples", nargs=0, const=True, default=d.prompt_examples,
@@ -134,13 +139,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="draw groups until N have unequal rewards and train on those (DAPO-style; 0: off)")
     p.add_argument("--dynamic-max-draws", type=at_least(1, "give --dynamic-max-draws 1 or more"),
                    default=d.dynamic_max_draws, help="dynamic sampling: most rounds of --tasks-per-iter groups")
-    p.add_argument("--probe", default=d.probe, choices=["summary"],
+    p.add_argument("--probe", default=d.probe, choices=["auto", "summary", "none"],
                    help="log P(right session decision) at fixed states after every iteration (summary: the "
-                        "complete summary at a forced compaction; needs --summary-choices)")
+                        "complete summary at a forced compaction, which needs --summary-choices; auto: that one "
+                        "wherever the env offers summaries to choose from)")
     p.add_argument("--probe-states", type=at_least(1, "give --probe-states 1 or more"), default=d.probe_states,
                    help="fixed states the probe measures")
-    p.add_argument("--summary-choices", nargs=0, const=True, default=False,
+    p.add_argument("--summary-choices", nargs=0, const=True, default=d.env_kwargs.get("summary_choices", False),
                    help="every compaction offers the complete and a lossy summary (env kwarg summary_choices)")
+    p.add_argument("--no-summary-choices", dest="summary_choices", nargs=0, const=False,
+                   help="one summary per compaction, the env's (the compaction demo before summary choices)")
     p.add_argument("--micro-batch-tokens", type=int, default=d.pg.micro_batch_tokens,
                    help="padded tokens per forward/backward (gradient accumulation: lower it to fit memory)")
     p.add_argument("--bc-episodes", type=int, default=d.bc_episodes, help="oracle demonstrations (0: no warm start)")
@@ -241,7 +249,7 @@ def config_from_args(args: argparse.Namespace):
         resume=args.resume, pg=pg,
         temperature=args.temperature, length_normalize=args.length_normalize, max_new_tokens=args.max_new_tokens,
         eval_temperature=args.eval_temperature, eval_greedy=args.eval_greedy, bc_max_steps=args.bc_max_steps,
-        dynamic_sampling=args.dynamic_sampling, dynamic_max_draws=args.dynamic_max_draws, probe=args.probe,
+        dynamic_sampling=args.dynamic_sampling, dynamic_max_draws=args.dynamic_max_draws, probe=None if args.probe == "none" else args.probe,
         probe_states=args.probe_states,
         prompt_examples=args.prompt_examples,
         lora_rank=args.lora_rank,
