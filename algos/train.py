@@ -241,6 +241,8 @@ def _finish(run: _Run, model: torch.nn.Module, tokenizer: Any, adapters: Any = N
     model.save_pretrained(out / "final")
     tokenizer.save_pretrained(out / "final")
     summary.update(algo=config.algo, iterations=config.iterations, run=str(out), model=str(out / "final"))
+    if state["history"] and state["history"][-1].get("probe_summary") is not None:
+        summary["probe_final"] = state["history"][-1]["probe_summary"]
     if "per_task" in summary["success_warm_start"]:
         summary["rl_gain"], summary["rl_gain_stderr"] = paired_gain(summary["success_warm_start"],
                                                                     summary["success_final"])
@@ -569,9 +571,15 @@ def _report(summary: dict[str, Any]) -> str:
     return "\n".join(
         [f"held-out results ({summary.get('algo')}, {summary.get('iterations')} RL iterations, "
          f"run {summary.get('run')}):"]
-        + [f"  {name:<18} {r['success']:.3f} success, {r['sessions']:.2f} sessions per trajectory, "
+        + [f"  {name:<18} {r['success']:.3f} success"
+           + (f" ({r['greedy']['success']:.3f} greedy)" if "greedy" in r else "")
+           + f", {r['sessions']:.2f} sessions per trajectory, "
            f"{r['steps']:.1f} steps, {_share(r['metrics'].get('parse_rate'))} of steps a valid call "
            f"({r['episodes']} episodes)" for name, r in rows]
+        + ([f"  probe P(complete summary) at {summary['probe_warm_start']['probe_summary_states']} fixed states: "
+            f"{summary['probe_warm_start']['probe_summary']:.3f} after the warm start -> "
+            f"{summary['probe_final']:.3f} after RL"] if "probe_warm_start" in summary and "probe_final" in summary
+           else [])
         + ([f"  RL gain {summary['rl_gain']:+.3f} +- {summary['rl_gain_stderr']:.3f} (mean over test tasks, paired, "
             f"+- one standard error)"] if "rl_gain" in summary else [])
         + ([_credit_line(summary["credit_vs_broadcast"])] if "credit_vs_broadcast" in summary else []))

@@ -231,6 +231,8 @@ def test_a_tiny_run_with_epochs_logs_the_post_step_kl_the_entropy_and_the_probe(
         assert m["groups_drawn"] == m["groups_trained"] == 2
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert 0 <= summary["probe_warm_start"]["probe_summary"] <= 1
+    assert summary["probe_final"] == metrics[-1]["probe_summary"]
+    assert 0 <= summary["success_final"]["greedy"]["success"] <= 1  # greedy beside sampled, by default
 
 
 def test_dynamic_sampling_trains_on_groups_of_unequal_rewards_only(tmp_path):
