@@ -51,7 +51,8 @@ def run_suite(settings: str = "full", only: Sequence[str] | None = None, threads
 
     Args:
         settings: every benchmark's settings, one of :data:`~mosaic_gym.bench.common.SETTINGS`: ``full``,
-            ``quick`` (about two minutes in all on two cores) or ``smoke`` (seconds; checks the report, not speed).
+            ``quick`` (about 3 minutes in all on two shared cores) or ``smoke`` (about 2.5 minutes, nearly
+            all of it starting processes: Ray, a model server, Chromium; checks the report, not speed).
         only: names from :data:`BENCHMARKS` (default: all of them).
         threads: torch CPU threads for the model benchmarks (default: 1 unless ``full``, else torch's choice).
         out: the folder for the results (created if missing).

@@ -23,8 +23,9 @@ against site size and per-step cost against context length.
   playwright  Playwright backend step latency beside a bare browser's, and memory per env
   rollout     LLMAgent rollout tokens/s beside bare model.generate on the same prompts
   trainer     PolicyGradient.update tokens/s beside a bare forward + backward on the same tokens
-  iteration   an RL iteration, phase by phase: broadcast, Mosaic (rollout), Mosaic (likelihood); peak RSS
-              of a short mosaic train run beside a bare process building the same model
+  iteration   an RL iteration, phase by phase: broadcast, Mosaic (rollout), Mosaic (likelihood), and the
+              study's fork preset (broadcast, Mosaic); peak RSS of a short mosaic train run beside a bare
+              process building the same model
   scale       Ray env pool steps/s with 1 and 2 workers beside the local pool (Playwright, text), and Ray's
               overhead per step (needs the ray extra)
   server      ServerAgent against a real transformers serve: env steps/s with 8 requests in flight beside 1
@@ -34,8 +35,10 @@ Each also runs alone, with more options: python -m mosaic_gym.bench.bench_<name>
 """
 
 EXAMPLES = """examples:
-  mosaic bench --quick                      # about two minutes on two cores
-  mosaic bench --smoke                      # seconds: every benchmark runs and reports, figures too short to trust
+  mosaic bench --quick                      # about 3 minutes on two shared cores
+  mosaic bench --smoke                      # about 2.5 minutes: every benchmark runs and reports, figures too
+                                            # short to trust (most of it starting Ray, a model server, Chromium)
+  mosaic bench --only iteration --quick     # seconds: the RL iteration rows alone, the fork preset's included
   mosaic bench --out bench-results          # the full run
   mosaic bench --only env,trainer --threads 2
 """
@@ -49,9 +52,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_settings_flags(p, quick="small settings: about two minutes on two cores",
-                       smoke="the smallest settings: seconds; checks that every benchmark runs and reports, "
-                             "its figures are too short to trust")
+    add_settings_flags(p, quick="small settings: about 3 minutes on two shared cores, half of it starting Ray "
+                                "workers and a model server (twice)",
+                       smoke="the smallest settings: about 2.5 minutes on two shared cores, nearly all of it "
+                             "starting processes (Ray, a model server, Chromium, the memory run's); checks that "
+                             "every benchmark runs and reports, its figures are too short to trust")
     p.add_argument("--only", type=lambda text: [n.strip() for n in text.split(",") if n.strip()], default=None,
                    metavar="NAME,...", help="run only these benchmarks, e.g. env,trainer (default: all)")
     p.add_argument("--threads", type=int, default=None,
