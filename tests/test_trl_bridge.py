@@ -37,7 +37,8 @@ def make_env() -> gym.Env:
 def grpo_args(tmp_path, **overrides) -> GRPOConfig:
     settings = dict(output_dir=str(tmp_path), num_generations=GROUP, per_device_train_batch_size=GROUP,
                     max_steps=1, max_completion_length=12, learning_rate=3e-3, logging_steps=1, report_to=[],
-                    use_cpu=True, save_strategy="no", seed=0, disable_tqdm=True)
+                    use_cpu=True, save_strategy="no", seed=0, disable_tqdm=True,
+                    bf16=False)  # (TRL defaults to bf16 autocast even on the CPU: float32 here, as our learner)
     return GRPOConfig(**{**settings, **overrides})
 
 
