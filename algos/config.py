@@ -67,13 +67,11 @@ class PGConfig:
         _check_count("epochs", self.epochs, 1, "give the passes over each batch, an integer >= 1")
         _check_count("minibatches", self.minibatches, 1, "give the optimizer steps per epoch, an integer >= 1")
         for name in ("clip_eps", "max_grad_norm"):
-            _check_positive(name, getattr(self, name))
+            _check_number(name, getattr(self, name), strict=True)
         for name in ("lr", "entropy_coef", "kl_coef", "weight_decay"):
-            value = getattr(self, name)
-            if not _is_number(value) or not value >= 0 or value == float("inf"):
-                raise ValueError(f"{name}={value!r}: give a finite number >= 0")
+            _check_number(name, getattr(self, name), strict=False)
         if self.target_kl is not None:
-            _check_positive("target_kl", self.target_kl, "or None for no early stop")
+            _check_number("target_kl", self.target_kl, strict=True, more="or None for no early stop")
 
 
 
@@ -184,9 +182,8 @@ class TrainConfig:
         if self.bc_max_steps is not None:
             _check_count("bc_max_steps", self.bc_max_steps, 1, "give a step budget >= 1, or None for the env's")
         for name in ("temperature", "eval_temperature"):
-            value = getattr(self, name)
-            if value is not None and (not _is_number(value) or not 0 <= value < float("inf")):
-                raise ValueError(f"{name}={value!r}: give a finite number >= 0 (0: greedy)")
+            if getattr(self, name) is not None:
+                _check_number(name, getattr(self, name), strict=False, more="(0: greedy)")
         if self.eval_tasks is not None:
             _check_count("eval_tasks", self.eval_tasks, 1, "give how many test tasks to evaluate on (None: all)")
         if self.eval_budgets is not None:
@@ -205,14 +202,13 @@ class TrainConfig:
         self.pg = dataclasses.replace(self.pg, advantage=self.algo)
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _check_positive(name: str, value: Any, more: str = "") -> None:
-    """A ValueError ``name=value: give a finite number > 0`` unless it is one."""
-    if not _is_number(value) or not 0 < value < float("inf"):
-        raise ValueError(f"{name}={value!r}: give a finite number > 0{' ' + more if more else ''}")
+def _check_number(name: str, value: Any, strict: bool, more: str = "") -> None:
+    """A ValueError ``name=value: give a finite number > 0`` (``strict``; else ``>= 0``) unless it is one (a bool,
+    a string, NaN or an infinity is not)."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not (number and (0 < value if strict else 0 <= value) and value < float("inf")):
+        raise ValueError(f"{name}={value!r}: give a finite number {'>' if strict else '>='} 0"
+                         f"{' ' + more if more else ''}")
 
 
 def _check_count(name: str, value: Any, least: int, hint: str) -> None:

@@ -265,24 +265,22 @@ class Credit:
         return adv.by_name(name or self.name, rewards, session_traj, contributions, normalize_std=pg.normalize_std,
                            lambda_use=pg.lambda_use, beta=pg.beta, clip=pg.adv_clip)
 
-    def session_advantages(self, group: Sequence[Trajectory], contributions: Sequence[np.ndarray] | None = None
-                           ) -> dict[tuple[int, int], float]:
+    def session_advantages(self, group: Sequence[Trajectory], contributions: Sequence[np.ndarray] | None = None,
+                           name: str | None = None) -> dict[tuple[int, int], float]:
         """One group's advantages keyed by session: ``(i, sid)`` is session ``sid`` of trajectory ``group[i]``
-        (``contributions[i][sid]`` its D), so a learner attaches an advantage to a session by its id."""
+        (``contributions[i][sid]`` its D), so a learner attaches an advantage to a session by its id; ``name`` as
+        in :meth:`advantages`."""
         keys = [(i, sid) for i, t in enumerate(group) for sid in t.session_ids]
         d = None if contributions is None else np.array([contributions[i][sid] for i, sid in keys])
-        values = self.advantages([t.reward for t in group], np.array([i for i, _ in keys]), d)
+        values = self.advantages([t.reward for t in group], np.array([i for i, _ in keys]), d, name=name)
         return dict(zip(keys, values.tolist()))
 
     def columns(self, group: Sequence[Trajectory], contributions: Sequence[np.ndarray] | None
                 ) -> dict[str, list[float]]:
-        """Every credit's advantage per session row of the group, side by side (what a trajectory log records):
-        Mosaic's with this run's D (a broadcast run has none: its trajectory-level term alone)."""
-        rewards = [t.reward for t in group]
-        rows = np.array([i for i, t in enumerate(group) for _ in t.session_ids])
-        d = None if contributions is None else np.concatenate([np.asarray(c, dtype=float) for c in contributions])
-        return {name: self.advantages(rewards, rows, d if name == "mosaic" else None, name=name).tolist()
-                for name in adv.ALGORITHMS}
+        """Every credit's advantage per session of the group in tree order, side by side (what a trajectory log
+        records): Mosaic's with this run's D (a broadcast run has none: its trajectory-level term alone)."""
+        return {name: list(self.session_advantages(group, contributions if name == "mosaic" else None,
+                                                   name).values()) for name in adv.ALGORITHMS}
 
     def compare(self, records: Any) -> dict[str, Any] | None:
         """Where this run's credit departed from broadcast's on its logged groups (None for broadcast itself)."""

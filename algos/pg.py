@@ -290,19 +290,25 @@ def _branches(choice: Choice, row: int, length: int, column: dict[int, int]) -> 
     return [Branch(ids, choice.prompt_len, prefix, (row, column[choice.prompt_len - 1])) for ids in choice.candidates]
 
 
+def _runs(sequences: Sequence[TrainSequence]) -> list[list[TrainSequence]]:
+    """``sequences`` grouped by :func:`run_key` (one pass of :func:`choice_logprobs` serves a group), each group in
+    the place of its first member; a sequence without a key is a group of its own."""
+    runs: dict[object, list[TrainSequence]] = {}
+    for s in sequences:
+        key = run_key(s)
+        runs.setdefault(id(s) if key is None else key, []).append(s)
+    return list(runs.values())
+
+
 def micro_batches(sequences: Sequence[TrainSequence], max_tokens: int) -> Iterable[list[TrainSequence]]:
     """Consecutive groups whose padded size (runs x longest) stays within ``max_tokens``.
 
     Choice sequences of one :func:`run_key` are one run of :func:`choice_logprobs`: they count once, and they go
     together, in the place of the first of them (a group's repeated sessions share a pass).
     """
-    runs: dict[object, list[TrainSequence]] = {}
-    for s in sequences:
-        key = run_key(s)
-        runs.setdefault(id(s) if key is None else key, []).append(s)
     batch: list[TrainSequence] = []
     count = longest = 0
-    for members in runs.values():
+    for members in _runs(sequences):
         longest_if = max(longest, members[0].length)
         if batch and longest_if * (count + 1) > max_tokens:
             yield batch
@@ -400,7 +406,7 @@ class PolicyGradient:
         self.model.eval()
         stats.update(self.measure(sequences))
         stats["approx_kl"] = float(np.mean(kls)) if kls else 0.0  # measured by the passes after the first step
-        stats["kl_per_epoch_max"] = float(max(kls)) if kls else 0.0
+        stats["kl_step_max"] = float(max(kls)) if kls else 0.0
         stats["optimizer_steps"] = steps
         stats["stopped_by_target_kl"] = float(stopped)
         stats["tokens"] = float(sum(s.num_units * s.weight for s in sequences))
@@ -429,7 +435,7 @@ class PolicyGradient:
             if self.ref_model is not None:
                 with torch.no_grad():
                     ref = _unit_logprobs(self.ref_model, batch, self.device, ref_prefix)[0]
-                k3 = torch.exp(ref - logp) - (ref - logp) - 1
+                k3 = _k3(ref - logp)
                 loss = loss + c.kl_coef * (k3 * w).sum() / total
                 kl_sum += float((k3.detach() * w).sum())
             if loss.requires_grad:  # (not when every choice of the micro-batch had a single candidate)
@@ -492,9 +498,10 @@ class PolicyGradient:
 
 
 def _k3(diff: torch.Tensor) -> torch.Tensor:
-    """The k3 estimate of KL(old || new) per unit from ``diff = logp_new - logp_old``: ``(r - 1) - log r``,
-    ``r = exp(diff)``; non-negative, unbiased under the old policy's samples (Schulman's approximation)."""
-    return torch.expm1(diff) - diff
+    """The k3 estimate (eq. (14)) per unit, ``e^d - d - 1`` of ``d = log p - log q`` for samples of ``q``: of
+    KL(q || p), non-negative, unbiased (Schulman's approximation). The update's KL to its reference takes
+    ``d = logp_ref - logp``; what it measures of its own move, ``d = logp_new - logp_old``."""
+    return torch.exp(diff) - diff - 1
 
 
 def minibatch_split(sequences: Sequence[TrainSequence], minibatches: int, seed: int = 0
@@ -508,12 +515,8 @@ def minibatch_split(sequences: Sequence[TrainSequence], minibatches: int, seed: 
     """
     if minibatches <= 1:
         return [list(sequences)]
-    runs: dict[object, list[TrainSequence]] = {}
-    for s in sequences:
-        key = run_key(s)
-        runs.setdefault(id(s) if key is None else key, []).append(s)
-    order = np.random.default_rng(seed).permutation(len(runs))
-    members = list(runs.values())
+    members = _runs(sequences)
+    order = np.random.default_rng(seed).permutation(len(members))
     parts: list[list[TrainSequence]] = [[] for _ in range(min(minibatches, len(members)))]
     for n, i in enumerate(order):
         parts[n % len(parts)] += members[i]

@@ -684,9 +684,8 @@ class WebQAEnv(gym.Env[str, str]):
         state = self._require_state()
         s = state.sessions[state.stack[-1]]
         task = self._task_of(s)
-        summaries = [format_action("compact", n) for n in self._summaries(s)]
         if s.must_compact:
-            return summaries
+            return [format_action("compact", n) for n in self._summaries(s)]
         out = [format_action("search", q) for q in task.search_queries]
         if s.page is not None:
             visible = s.page.chunks[s.chunk] if s.page.chunks else ""
@@ -696,7 +695,7 @@ class WebQAEnv(gym.Env[str, str]):
             if s.chunk > 0:
                 out.append(format_action("scroll", "up"))
         if self.allow_compact and s.steps > 0:
-            out += summaries
+            out += [format_action("compact", n) for n in self._summaries(s)]
         if self.allow_fork and s.depth < self.max_fork_depth and s.fork_task is None:
             out += [format_action("fork", sub.question) for sub in state.task.subtasks
                     if sub.question not in state.answered_forks]

@@ -90,7 +90,7 @@ def test_a_target_kl_stops_the_epochs_before_the_step_that_passes_it(model, toke
     batch = _batch(model, tokenizer)
     free = PolicyGradient(copy.deepcopy(model), PGConfig(lr=5e-2, epochs=6)).update(batch)
     assert free["optimizer_steps"] == 6 and free["stopped_by_target_kl"] == 0.0
-    target = free["kl_per_epoch_max"] / 10
+    target = free["kl_step_max"] / 10
     stopped = PolicyGradient(copy.deepcopy(model), PGConfig(lr=5e-2, epochs=6, target_kl=target)).update(batch)
     assert stopped["stopped_by_target_kl"] == 1.0
     assert 1 <= stopped["optimizer_steps"] < 6
