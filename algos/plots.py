@@ -58,6 +58,13 @@ def _band(runs: Sequence[Sequence[dict[str, Any]]], key: str) -> tuple[list[int]
     return its, means, errs
 
 
+def _line_with_band(ax: Any, xs: Sequence[float], means: Sequence[float], halves: Sequence[float], label: str) -> None:
+    """A curve of ``means`` with a band of ``halves`` around it, in the curve's colour."""
+    line, = ax.plot(xs, means, marker=".", label=label)
+    ax.fill_between(xs, [m - h for m, h in zip(means, halves)], [m + h for m, h in zip(means, halves)],
+                    color=line.get_color(), alpha=0.2)
+
+
 def plot_study(arms: dict[str, Sequence[Sequence[dict[str, Any]]]], path: str | Path, title: str = "study") -> Path:
     """A 2x2 PNG: each arm's per-iteration success, sessions, session utility and group diversity, the mean
     over seeds with a band of one standard error."""
@@ -67,9 +74,7 @@ def plot_study(arms: dict[str, Sequence[Sequence[dict[str, Any]]]], path: str | 
         ax = fig.add_subplot(2, 2, k + 1)
         for name, runs in arms.items():
             its, means, errs = _band(runs, key)
-            line, = ax.plot(its, means, marker=".", label=f"{name} ({len(runs)} seeds)")
-            ax.fill_between(its, [m - e for m, e in zip(means, errs)], [m + e for m, e in zip(means, errs)],
-                            color=line.get_color(), alpha=0.2)
+            _line_with_band(ax, its, means, errs, f"{name} ({len(runs)} seeds)")
         ax.set_title(label, fontsize=10)
         ax.set_xlabel("iteration")
         ax.grid(alpha=0.3)
@@ -153,11 +158,8 @@ def plot_probe(curves: dict[str, Sequence[dict[str, Any]]], path: str | Path, th
     fig = Figure(figsize=(7, 4.5), dpi=100)
     ax = fig.add_subplot(1, 1, 1)
     for name, curve in curves.items():
-        xs = list(range(len(curve)))
-        mean = [c["mean"] for c in curve]
-        half = [c["ci95"] or 0.0 for c in curve]
-        ax.plot(xs, mean, marker=".", label=f"{name} ({curve[0]['n']} seeds)")
-        ax.fill_between(xs, [m - h for m, h in zip(mean, half)], [m + h for m, h in zip(mean, half)], alpha=0.2)
+        _line_with_band(ax, list(range(len(curve))), [c["mean"] for c in curve], [c["ci95"] or 0.0 for c in curve],
+                        f"{name} ({curve[0]['n']} seeds)")
     if threshold is not None:
         ax.axhline(threshold, color="grey", linestyle="--", linewidth=1, label=f"threshold {threshold}")
     ax.set_xlabel("updates (0: after the warm start)")
