@@ -100,6 +100,12 @@ def test_site_serve_on_a_port_in_use_is_one_line(tmp_path, capsys):
     (["--env-kwargs", '{"max_step": 3}'], "did you mean 'max_steps'"),
     (["--hops", "1-x"], "argument --hops: '1-x': use a number (2) or a range (1-3)"),
     (["--eval-tasks", "0"], "argument --eval-tasks: '0': give how many test tasks to evaluate on"),
+    (["--probe", "summary", "--no-summary-choices"], "probe='summary' measures the summary choice"),
+    (["--probe", "summary", "--mode", "generate"], "it needs mode='choose'"),
+    (["--target-kl", "-1"], "argument --target-kl: -1: give a finite number > 0"),
+    (["--rl-temperature", "nan"], "give a temperature >= 0"),
+    (["--entropy-coef", "inf"], "argument --entropy-coef: inf: give a finite number >= 0"),
+    (["--minibatches", "0"], "give --minibatches 1 or more"),
 ])
 def test_bad_train_arguments_are_one_line_and_leave_no_run_folder(tmp_path, capsys, argv, fragment):
     out = tmp_path / "run"

@@ -303,7 +303,8 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         config = resume_config(args) if args.resume else config_from_args(args)
-    except (CheckpointError, ConfigError) as err:
+    except (CheckpointError, ConfigError, TypeError, ValueError) as err:  # (TypeError, ValueError: settings that
+        # contradict each other, as TrainConfig explains them in one line)
         raise SystemExit(f"mosaic train: {err}") from None
     out = Path(config.out)
     existed = out.exists()
