@@ -39,7 +39,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Iterator
 
-from .checks import shown
+from .web.checks import shown
 from .prompts import NO_CALL_FOUND, OPEN_TAKES, SHOWN_EXAMPLES
 
 #: Every tool and the name of its one argument.

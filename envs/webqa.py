@@ -32,11 +32,11 @@ import numpy as np
 from .actions import (MAX_ACTION_CHARS, TOOL_ARGS, Action, ActionError, as_text, format_action, parse_action,
                       strip_think, type_name)
 from .backends import Backend, BrowserCrashed, TextBackend
-from .checks import check_bool, check_int, is_int, shown
+from .web.checks import check_bool, check_int, is_int, shown
 from .prompts import (ANSWER_IN_SUBAGENT, FINISH_IN_ROOT, NO_PAGE_OPEN, REPLY_BECAME_SUMMARY, ROLE_TAG, budget_note,
                       context_full_note, system_prompt, task_message)
 from .spaces import SHARED_MEMORY_BYTES, AnyText
-from .tokens import CheckedCounter, TokenCounter, approx_tokens
+from .web.tokens import CheckedCounter, TokenCounter, approx_tokens
 from .web.browser import CHUNK_TOKENS, PageView
 from .web.corpus import TASK_EXAMPLE, TASKS_FILE
 from .web.loader import load_site

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import envs  # noqa: F401  (registers the ids)
-from envs.checks import shown
+from envs.web.checks import shown
 from envs.prompts import ROLE_TAG
 from envs.web.corpus import CorpusError, CorpusWarning, load_corpus
 

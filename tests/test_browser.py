@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from envs.tokens import approx_tokens
+from envs.web.tokens import approx_tokens
 from envs.web import browser
 from envs.web.browser import CHUNK_TOKENS, Link, html_text, html_title, html_to_view
 

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from envs.tokens import approx_tokens
+from envs.web.tokens import approx_tokens
 from envs.web import Task, normalize_answer
 from envs.web.browser import html_text, html_title, html_to_view
 from envs.web.builtin import BuiltinSite

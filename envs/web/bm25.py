@@ -95,7 +95,7 @@ def build(documents: Iterable[list[str]], total: int | None = None, desc: str = 
     A progress bar (tqdm, on stderr) shows for :data:`PROGRESS_MIN_DOCS` documents or more; the environment
     variable ``TQDM_DISABLE=1`` silences it (``mosaic eval --no-progress`` sets it, for its env workers too).
     """
-    from ..progress import progress_bar
+    from .progress import progress_bar
 
     # A term's first id is a number drawn when it is first seen (map(ids.setdefault, ...) runs in C, a third of
     # the time of a Python loop); the ids are made contiguous, in sorted order, at the end.

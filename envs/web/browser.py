@@ -22,7 +22,7 @@ from functools import lru_cache
 
 import lxml.etree
 
-from ..tokens import approx_tokens
+from .tokens import approx_tokens
 
 CHUNK_TOKENS = 256
 
@@ -107,7 +107,7 @@ def html_to_view(html: str, url: str, chunk_tokens: int = CHUNK_TOKENS) -> PageV
         html: the page's HTML.
         url: where the page was opened (a site path such as ``/wiki/X`` or an absolute URL); relative hrefs
             resolve against it.
-        chunk_tokens: about how many tokens (:func:`envs.tokens.approx_tokens`) a chunk holds; chunks break
+        chunk_tokens: about how many tokens (:func:`envs.web.tokens.approx_tokens`) a chunk holds; chunks break
             at line boundaries, and inside a line only when the line alone is longer than a chunk.
 
     Example:

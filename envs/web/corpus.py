@@ -62,7 +62,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from ..checks import shown
+from .checks import shown
 from .browser import html_text, html_title
 from .site import Site
 from .types import Document, GoldStep, Task

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from ..checks import check_int, shown
+from .checks import check_int, shown
 from .corpus import load_corpus
 from .site import Site
 from .world import MIN_SIZE

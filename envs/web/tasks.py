@@ -34,7 +34,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable
 
-from ..tokens import approx_tokens
+from .tokens import approx_tokens
 from .pages import Pages, category_path, indefinite
 from .search import terms
 from .types import GoldStep, Task, normalize_answer
