@@ -14,6 +14,7 @@ import pytest
 
 from envs.web import Site, corpus, normalize_answer
 from envs.web.browser import html_to_view
+from envs.web.clean import clean_html
 from envs.web.corpus import (
     CorpusError,
     CorpusPage,
@@ -47,7 +48,9 @@ def test_html_folder_serves_pages_by_path_and_by_file_name():
     assert isinstance(site, Site) and site.name == "corpus_html"
     mira = (HTML / "wiki" / "Mira_Esk.html").read_text()
     assert site.page_html("/wiki/Mira_Esk") == site.page_html("/wiki/Mira_Esk.html") == mira
-    assert site.render("/wiki/Mira_Esk?x=1") == mira
+    # Served cleaned (tests/test_clean_html.py); as written with clean=False.
+    assert site.render("/wiki/Mira_Esk?x=1") == clean_html(mira) != mira
+    assert load_corpus(HTML, clean=False).render("/wiki/Mira_Esk?x=1") == mira
     home = (HTML / "index.html").read_text()
     assert site.page_html("/") == site.page_html("/index.html") == home
     folder = (HTML / "wiki" / "Lunder_Archipelago" / "index.html").read_text()

@@ -3,8 +3,12 @@
 Two layouts load, each with an optional ``tasks.jsonl`` beside the pages:
 
 - **A folder of HTML files.** ``a/b.html`` is served at ``/a/b`` (and at ``/a/b.html``); ``a/index.html``
-  at ``/a/`` (and ``/a``, ``/a/index.html``); ``index.html`` is the home page ``/``. A page's title is its
-  ``<title>``, else its first ``<h1>``, else its file name. ``mosaic site build`` writes this layout.
+  at ``/a/`` (and ``/a``, ``/a/index.html``); ``index.html`` is the home page ``/``. A page is shown and
+  indexed cut down to its title, main text and links (:mod:`envs.web.clean`: navigation, headers and footers,
+  cookie banners, sidebars, scripts, forms and embedded content dropped; a file in another encoding than UTF-8
+  read by its ``<meta charset>``); its title is its ``<title>`` (less a site name after its ``<h1>``), else its
+  first ``<h1>``, else its file name. ``load_corpus(path, clean=False)`` shows pages as written. ``mosaic site
+  build`` writes this layout.
 - **JSONL documents** (the shape BrowseComp-Plus uses): a folder with ``documents.jsonl``, or the path of
   any ``.jsonl`` documents file, with ``tasks.jsonl`` beside it. One document a line::
 
@@ -64,7 +68,8 @@ from typing import Any, Iterator, Sequence
 
 from .checks import shown
 from .browser import html_text, html_title
-from .site import Site
+from .clean import MAX_HTML_CHARS, clean_html, decode_html
+from .site import SEARCH_PATH, Site
 from .types import Document, GoldStep, Task
 
 TASKS_FILE = "tasks.jsonl"
@@ -95,7 +100,7 @@ TITLE_CHARS = 120
 #: The search index is saved here, beside the pages (a hidden folder: never read as part of the corpus).
 INDEX_FOLDER = ".mosaic-index"
 #: Bumped when how files become documents changes: indexes saved before are then rebuilt.
-INDEX_FORMAT = 1
+INDEX_FORMAT = 2
 
 
 class CorpusError(ValueError):
@@ -140,12 +145,17 @@ class CorpusSite(Site):
     """
 
     def __init__(self, name: str, pages: Sequence[CorpusPage], tasks: Sequence[Task] = (),
-                 index_folder: Path | None = None, files: Sequence[Path] = (), root: Path | None = None):
+                 index_folder: Path | None = None, files: Sequence[Path] = (), root: Path | None = None,
+                 clean: bool = True):
         """``index_folder``: where the search index is saved (``None``: in memory only); ``files``: what the
         pages are read from, whose sizes and times say whether a saved index is still this corpus's;
         ``root``: the folder a page's file must really be in (links resolved, as it is when read) to be
-        read, so that a page swapped for a link to ``tasks.jsonl`` after loading shows nothing."""
+        read, so that a page swapped for a link to ``tasks.jsonl`` after loading shows nothing; ``clean``:
+        serve and index each HTML page cut down to its title, main text and links
+        (:func:`envs.web.clean.clean_html`: no navigation, boilerplate, script or embedded content), rather
+        than as written."""
         self.name = name
+        self.clean = clean
         self.root = None if root is None else root.resolve()
         self._index_folder, self._files = index_folder, tuple(files)
         self.tasks = tuple(tasks)
@@ -162,8 +172,25 @@ class CorpusSite(Site):
         return iter(self._documents)
 
     def page_html(self, path: str) -> str | None:
+        """The page's HTML as written (what ``mosaic site build`` copies); :meth:`render` serves it cleaned."""
         page = self._routes.get(path)
         return None if page is None else self._read(page)
+
+    def render(self, url: str) -> str | None:
+        """The HTML served at ``url``: an HTML page cut down to its title, main text and links
+        (:func:`envs.web.clean.clean_html`; as written when the site was made with ``clean=False``), a text
+        document's paragraphs, the search page, or ``None`` for a missing page."""
+        path = urllib.parse.unquote(urllib.parse.urlsplit(url).path) or "/"
+        page = None if path == SEARCH_PATH else self._routes.get(path)
+        if page is None:
+            return super().render(url)
+        return self._shown(page)
+
+    def _shown(self, page: CorpusPage) -> str | None:
+        """The page's HTML as the agent is shown it and its text is indexed: cleaned unless ``clean=False``
+        (a text document's paragraphs are made here, clean already)."""
+        html = self._read(page)
+        return clean_html(html) if html is not None and self.clean and page.source is not None else html
 
     def _read(self, page: CorpusPage) -> str | None:
         """The page's HTML; ``None`` when its file may not be read (see :func:`page_target`) or is gone."""
@@ -175,7 +202,9 @@ class CorpusSite(Site):
         if file is None:
             return None
         try:
-            return file.read_text(encoding="utf-8", errors="replace")
+            with open(file, "rb") as f:
+                # The first MAX_HTML_CHARS bytes: a page is never more than that (envs.web.clean).
+                return decode_html(f.read(MAX_HTML_CHARS))
         except OSError:  # removed or made unreadable since the corpus loaded: no such page
             return None
 
@@ -201,10 +230,10 @@ class CorpusSite(Site):
             return None
         files = self._files or [p.source for p in self.pages if isinstance(p.source, Path)]
         stats = [(str(f), *_stat(f)) for f in files]
-        return self._index_folder, _fingerprint([INDEX_FORMAT, len(self.pages), stats])
+        return self._index_folder, _fingerprint([INDEX_FORMAT, self.clean, len(self.pages), stats])
 
     def _document(self, page: CorpusPage) -> Document:
-        html = (self._read(page) or "") if not page.title or page.text is None else ""
+        html = (self._shown(page) or "") if not page.title or page.text is None else ""
         name = page.path.rstrip("/").rsplit("/", 1)[-1].replace("_", " ")
         title = page.title or html_title(html) or name or self.name
         return Document(page.path, title, html_text(html) if page.text is None else page.text)
@@ -222,9 +251,11 @@ def _fingerprint(value: Any) -> str:
     return hashlib.sha256(json.dumps(value).encode("utf-8")).hexdigest()
 
 
-def load_corpus(path: str | os.PathLike) -> CorpusSite:
+def load_corpus(path: str | os.PathLike, clean: bool = True) -> CorpusSite:
     """Load the corpus at ``path``: a folder of HTML files, a folder with ``documents.jsonl``, or a JSONL
-    documents file; ``tasks.jsonl`` beside the pages is read when present.
+    documents file; ``tasks.jsonl`` beside the pages is read when present. HTML pages are shown and indexed
+    cut down to their title, main text and links (:func:`envs.web.clean.clean_html`); ``clean=False`` keeps
+    them as written (for the Playwright backend with page scripts on, say).
 
     Raises:
         CorpusError: the path is empty or does not exist, holds no corpus, or a line of a JSONL file is malformed.
@@ -246,9 +277,9 @@ def load_corpus(path: str | os.PathLike) -> CorpusSite:
     if root.is_file():
         if root.suffix != ".jsonl":
             raise CorpusError(f"{root} is not a .jsonl documents file (one JSON object a line: {_DOCUMENT_EXAMPLE})")
-        return _jsonl_site(root)
+        return _jsonl_site(root, clean)
     if (root / DOCUMENTS_FILE).is_file():
-        return _jsonl_site(root / DOCUMENTS_FILE)
+        return _jsonl_site(root / DOCUMENTS_FILE, clean)
     pages = _html_pages(root)
     if not pages:
         raise CorpusError(
@@ -256,7 +287,7 @@ def load_corpus(path: str | os.PathLike) -> CorpusSite:
             f"(one JSON object a line: {_DOCUMENT_EXAMPLE})"
         )
     top = root.resolve()
-    site = CorpusSite(top.name, pages, index_folder=top / INDEX_FOLDER / "html", root=top)
+    site = CorpusSite(top.name, pages, index_folder=top / INDEX_FOLDER / "html", root=top, clean=clean)
     site.tasks = _load_tasks(root / TASKS_FILE, site)
     return site
 
@@ -390,7 +421,7 @@ def _html_pages(root: Path) -> list[CorpusPage]:
 # --- JSONL --------------------------------------------------------------------------------------------
 
 
-def _jsonl_site(file: Path) -> CorpusSite:
+def _jsonl_site(file: Path, clean: bool = True) -> CorpusSite:
     pages: list[CorpusPage] = []
     taken: set[str] = set()
     ids: dict[str, str] = {}  # a document's id -> its page path
@@ -432,7 +463,7 @@ def _jsonl_site(file: Path) -> CorpusSite:
         raise CorpusError(f"{file} holds no documents (one JSON object a line: {_DOCUMENT_EXAMPLE})")
     name = file.parent.resolve().name if file.name == DOCUMENTS_FILE else file.stem
     index_folder = file.parent.resolve() / INDEX_FOLDER / file.stem
-    site = CorpusSite(name, pages, index_folder=index_folder, files=[file.resolve()])
+    site = CorpusSite(name, pages, index_folder=index_folder, files=[file.resolve()], clean=clean)
     site.tasks = _load_tasks(file.parent / TASKS_FILE, site, ids)
     return site
 
