@@ -19,123 +19,35 @@ from __future__ import annotations
 
 import copy
 import difflib
-import functools
 import inspect
-import re
-import urllib.parse
-from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import gymnasium as gym
 import numpy as np
 
-from .actions import (MAX_ACTION_CHARS, TOOL_ARGS, Action, ActionError, as_text, format_action, parse_action,
-                      strip_think, type_name)
-from .backends import Backend, BrowserCrashed, TextBackend
-from .web.checks import check_bool, check_int, is_int, shown
-from .prompts import (ANSWER_IN_SUBAGENT, FINISH_IN_ROOT, NO_PAGE_OPEN, REPLY_BECAME_SUMMARY, ROLE_TAG, budget_note,
+from . import grading
+from .actions import MAX_ACTION_CHARS, TOOL_ARGS, Action, ActionError, as_text, parse_action, strip_think, type_name
+from .backends import Backend, BrowserCrashed
+from .candidates import Candidates
+from .prompts import (ANSWER_IN_SUBAGENT, FINISH_IN_ROOT, REPLY_BECAME_SUMMARY, ROLE_TAG, budget_note,
                       context_full_note, system_prompt, task_message)
+from .session import EpisodeState, Session, SessionView, Snapshot
 from .spaces import SHARED_MEMORY_BYTES, AnyText
-from .web.tokens import CheckedCounter, TokenCounter, approx_tokens
-from .web.browser import CHUNK_TOKENS, PageView
+from .tools import WEB_TOOLS, WebTools, make_backend
+from .web.browser import CHUNK_TOKENS
+from .web.checks import check_bool, check_int, is_int, shown
 from .web.corpus import TASK_EXAMPLE, TASKS_FILE
 from .web.loader import load_site
 from .web.site import Site
 from .web.tasks import COMPARE_ANSWERS, answering_with_year
-from .web.types import Task, normalize_answer
+from .web.tokens import CheckedCounter, TokenCounter, approx_tokens
+from .web.types import Task
 
 OVERFLOW_POLICIES = ("force_compact", "truncate", "terminate")
-MAX_ANSWER_CANDIDATES = 8
-MAX_NOTE_FACTS = 8
-MAX_NOTE_LINE_CHARS = 160
 # info["parent_id"] of a root session and info["acted_session_id"] after reset: "no session". An int, not None,
 # so that every info key keeps one type in every state and Gymnasium's vector envs can stack the infos.
 NO_SESSION = -1
-_LINK_MARK = re.compile(r"\[\d+\] ")
 _GENERATION_PROMPT = ROLE_TAG["assistant"] + "\n"
-
-
-@dataclass
-class Session:
-    """One context window: its messages, its place in the session tree, and its browser state."""
-
-    id: int
-    parent: int | None
-    kind: str
-    depth: int
-    messages: list[dict[str, str]]
-    # The context as transcript pieces, one a message, joined only when read: appending to one long string
-    # would copy the whole context at every message, a cost that grows with the context.
-    pieces: list[str]
-    tokens: int
-    steps: int = 0
-    tokens_in: int = 0
-    tokens_out: int = 0
-    handoff: str | None = None
-    fork_task: str | None = None
-    page: PageView | None = None
-    chunk: int = 0
-    mentions: dict[str, str] = field(default_factory=dict)
-    facts: dict[str, None] = field(default_factory=dict)
-    pages_read: list[str] = field(default_factory=list)
-    must_compact: bool = False
-
-    @property
-    def text(self) -> str:
-        """The session's context as a transcript (:func:`envs.prompts.render_transcript` without the prompt)."""
-        return "".join(self.pieces)
-
-    def copy(self) -> "Session":
-        # Messages are never mutated once appended and views are immutable, so shallow copies suffice.
-        return Session(**{**self.__dict__, "messages": list(self.messages), "pieces": list(self.pieces),
-                          "mentions": dict(self.mentions), "facts": dict(self.facts),
-                          "pages_read": list(self.pages_read)})
-
-
-@dataclass
-class EpisodeState:
-    """Everything that changes within an episode; :meth:`WebQAEnv.snapshot` copies it."""
-
-    task: Task
-    max_steps: int
-    sessions: list[Session]
-    stack: list[int]
-    steps_used: int = 0
-    done: bool = False
-    final_answer: str | None = None
-    success: bool = False
-    answered_forks: list[str] = field(default_factory=list)
-    # One record a step (:meth:`WebQAEnv.trajectory`'s "step_log"), and the gold pages reached so far.
-    log: list[dict[str, Any]] = field(default_factory=list)
-    gold_reached: set[str] = field(default_factory=set)
-
-    def copy(self) -> "EpisodeState":
-        # Log records are never mutated once appended: a shallow copy of the list suffices.
-        return EpisodeState(
-            task=self.task, max_steps=self.max_steps, sessions=[s.copy() for s in self.sessions],
-            stack=list(self.stack), steps_used=self.steps_used, done=self.done, final_answer=self.final_answer,
-            success=self.success, answered_forks=list(self.answered_forks), log=list(self.log),
-            gold_reached=set(self.gold_reached),
-        )
-
-
-@dataclass(frozen=True)
-class SessionView:
-    """What the session that acts next has on screen (:meth:`WebQAEnv.acting_session`): read-only, for wrappers
-    that build features from the browser state (``envs.sb3.CandidateActions``)."""
-
-    id: int
-    page: PageView | None  # the page open in the session (views are immutable), or None
-    chunk: int  # the part of that page on screen, from 0
-    pages_read: tuple[str, ...]  # the titles of the pages and searches shown, in order
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """A picklable mid-episode state; ``reset(options={"snapshot": s})`` resumes from it exactly."""
-
-    state: EpisodeState
-    rng_state: dict
 
 
 class WebQAEnv(gym.Env[str, str]):
@@ -252,9 +164,9 @@ class WebQAEnv(gym.Env[str, str]):
                       and (t not in ("fork", "finish") or allow_fork)]
         self._system = system_prompt(self.tools)
         self.backend: Backend = make_backend(backend, self.site, chunk_tokens, browser_javascript)
-        # Pages are shown again and again: remember what each shown text mentions.
-        self._mentions = functools.lru_cache(maxsize=65_536)(self.site.mentions)
-        self._fact_lines = functools.lru_cache(maxsize=65_536)(self._lines_with_mentions)
+        self.web_tools = WebTools(self.site, self.backend)
+        self.candidate_maker = Candidates(self.site, allow_compact=allow_compact, allow_fork=allow_fork,
+                                          max_fork_depth=max_fork_depth, summary_choices=summary_choices)
         # What is really sent. An observation is a session's context, kept within session_max_tokens (about
         # 16k characters at the default window and counter) until one step overshoots it; its bound is the most
         # AsyncVectorEnv's shared memory carries, every observation that fits being at most that many
@@ -378,34 +290,20 @@ class WebQAEnv(gym.Env[str, str]):
         """Record the step just taken for :meth:`trajectory`: which session acted, with which tool, and how it
         stands to the task's gold path (what the study's step-quality and recovery metrics read).
 
-        ``gold`` is true when the step first reaches a page of the gold path (a search or page the gold
-        solution shows; the same page reached again, in any session, is not progress) or gives the right
-        final answer (``answer``) or sub-answer (``finish``); ``off_path`` when a search or open shows a page
-        that is not on it, or an answer or finish is wrong. Nothing of this reaches the agent before the
-        episode ends. ``call`` says whether the action held a readable tool call (a reply to a full context that
-        was no call at all, and became the summary, did not).
+        ``gold`` and ``off_path`` are :func:`envs.grading.step_marks` (both false for a step the env rejected): the
+        step first reaches a page of the gold path or gives the right answer or sub-answer; it leaves the path or
+        answers wrong. Nothing of this reaches the agent before the episode ends. ``call`` says whether the action
+        held a readable tool call (a reply to a full context that was no call at all, and became the summary, did
+        not).
         """
         state = self._require_state()
         gold = off_path = False
-        if error is None and tool in ("search", "open") and session.page is not None:
-            url = session.page.url
-            on_path = url in self._gold_urls(state.task)
-            gold, off_path = on_path and url not in state.gold_reached, not on_path
-            state.gold_reached.add(url)
-        elif error is None and tool == "answer":
-            gold, off_path = state.success, not state.success
-        elif error is None and tool == "finish":
-            sub = next((t for t in state.task.subtasks if t.question == session.fork_task), None)
-            accepted = {normalize_answer(a) for a in ((sub.answer, *sub.aliases) if sub else ())}
-            right = normalize_answer(session.handoff or "") in accepted
-            gold, off_path = right, not right
+        if error is None:
+            gold, off_path = grading.step_marks(
+                self.site, state.task, tool, url=session.page.url if session.page is not None else None,
+                reached=state.gold_reached, success=state.success, fork_task=session.fork_task, result=session.handoff)
         state.log.append({"session": session.id, "tool": tool, "error": error is not None, "gold": gold,
                           "off_path": off_path, "call": called})
-
-    def _gold_urls(self, task: Task) -> frozenset[str]:
-        """The pages the gold path shows: its searches' result pages and the pages it opens."""
-        return frozenset(self.site.search_url(g.arg) if g.tool == "search" else g.arg
-                         for g in task.gold_path if g.tool in ("search", "open"))
 
     def session_tree(self) -> list[dict[str, Any]]:
         """The sessions so far, in order of creation (a session's id is its index): fresh dicts with ``id``,
@@ -431,14 +329,9 @@ class WebQAEnv(gym.Env[str, str]):
         name, arg = action.name, action.arg
         if name not in self.tools:
             raise ActionError(f"{name} is not available in this environment; the tools are {', '.join(self.tools)}")
-        if name == "search":
-            self._show_page(session, self.site.search_url(str(arg)), what="Search results")
-        elif name == "open":
-            self._show_page(session, self._resolve_target(session, arg), what="Page")
-        elif name == "scroll":
-            self._scroll(session, str(arg))
-        elif name == "find":
-            self._find(session, str(arg))
+        if name in WEB_TOOLS:
+            result = self.web_tools.run(session, name, arg)
+            self._tool_result(session, result.text, mentions_of=result.mentions_of)
         elif name == "answer":
             if session.depth > 0:
                 raise ActionError(ANSWER_IN_SUBAGENT)
@@ -453,71 +346,11 @@ class WebQAEnv(gym.Env[str, str]):
 
     def _answer(self, session: Session, text: str) -> tuple[float, bool, None]:
         state = self._require_state()
-        task = state.task
-        accepted = {normalize_answer(a) for a in (task.answer, *task.aliases)}
         state.final_answer = text
-        state.success = normalize_answer(text) in accepted
+        state.success = grading.answer_right(state.task, text)
         session.handoff = text
         self._tool_result(session, "Answer submitted.", budget=False)
-        return (1.0 if state.success else 0.0), True, None
-
-    def _resolve_target(self, session: Session, target: str | int) -> str:
-        if isinstance(target, int):
-            if session.page is None:
-                raise ActionError(f"there is no page open to take link {shown(target)} from; search or open a path "
-                                  "first")
-            links = session.page.links
-            if target > len(links):
-                raise ActionError(f"there is no link {shown(target)} on this page (it has {len(links)})")
-            url = links[target - 1].url
-        else:
-            url = target.strip()
-        try:
-            parts = urllib.parse.urlsplit(url)
-        except ValueError as err:  # e.g. "http://[bad": an unbalanced IPv6 bracket
-            raise ActionError(f"{shown(url)} is not a URL or path this website has ({err})") from None
-        if parts.scheme in ("http", "https") and parts.netloc:
-            local = self.site.local_path(url)  # a corpus document's own URL opens its page
-            if local is None:
-                raise ActionError(f"{url} is outside this website; only its own pages can be opened")
-            return local
-        if parts.scheme or not url.startswith("/"):
-            url = "/" + url.lstrip("/")
-        return url
-
-    def _show_page(self, session: Session, url: str, what: str) -> None:
-        view = self.backend.view(url)
-        if view is None:
-            raise ActionError(f"there is no page at {url}")
-        session.page, session.chunk = view, 0
-        session.pages_read.append(view.title)
-        self._tool_result(session, self._chunk_text(view, 0, what), mentions_of=view.chunks[0] if view.chunks else "")
-
-    def _chunk_text(self, view: PageView, index: int, what: str = "Page") -> str:
-        body = view.chunks[index] if view.chunks else "(this page is empty)"
-        more = " Scroll down for more." if index + 1 < len(view.chunks) else ""
-        return f"[{what}: {view.title} | {view.url} | part {index + 1} of {max(1, len(view.chunks))}.{more}]\n{body}"
-
-    def _scroll(self, session: Session, direction: str) -> None:
-        view = session.page
-        if view is None:
-            raise ActionError(NO_PAGE_OPEN)
-        index = session.chunk + (1 if direction == "down" else -1)
-        if not 0 <= index < len(view.chunks):
-            raise ActionError(f"already at the {'end' if direction == 'down' else 'top'} of {view.title}")
-        session.chunk = index
-        self._tool_result(session, self._chunk_text(view, index), mentions_of=view.chunks[index])
-
-    def _find(self, session: Session, text: str) -> None:
-        view = session.page
-        if view is None:
-            raise ActionError(NO_PAGE_OPEN)
-        passages = view.find(text)
-        if not passages:
-            self._tool_result(session, f"[Find {text!r} in {view.title}: no passage contains it.]")
-            return
-        body = "\n".join(f"- {p}" for p in passages[:10])
-        self._tool_result(session, f"[Find {text!r} in {view.title}: {len(passages)} passages]\n{body}", mentions_of=body)
+        return grading.answer_reward(state.success), True, None
 
     def _compact(self, session: Session, summary: str) -> str | None:
         state = self._require_state()
@@ -604,10 +437,7 @@ class WebQAEnv(gym.Env[str, str]):
         elif role == "user":
             session.tokens_in += tokens
         if mentions_of:
-            for value, kind in self._mentions(mentions_of):
-                session.mentions.setdefault(value, kind)
-            for line in self._fact_lines(mentions_of):
-                session.facts.setdefault(line, None)
+            self.candidate_maker.record(session, mentions_of)
 
     def _tool_result(self, session: Session, text: str, mentions_of: str = "", budget: bool = True) -> None:
         state = self._require_state()
@@ -672,38 +502,13 @@ class WebQAEnv(gym.Env[str, str]):
         return int(spec[int(self.np_random.integers(len(spec)))])
 
     # ------------------------------------------------------------------------------------------------
-    # Candidates: valid complete actions that reveal nothing the agent has not seen
+    # Candidates and tasks
     # ------------------------------------------------------------------------------------------------
     def candidate_actions(self) -> list[str]:
-        """Valid complete actions for the session that acts next, in a deterministic order.
-
-        Searches for the names the question mentions, the links of the part of the page on screen, scrolls,
-        a compact with notes, forks of the question's independent sub-questions, and answers (or a
-        subagent's finish) drawn only from values the session's own context mentions.
-        """
+        """Valid complete actions for the session that acts next, in a deterministic order
+        (:meth:`envs.candidates.Candidates.actions`): ``info["candidates"]``."""
         state = self._require_state()
-        s = state.sessions[state.stack[-1]]
-        task = self._task_of(s)
-        if s.must_compact:
-            return [format_action("compact", n) for n in self._summaries(s)]
-        out = [format_action("search", q) for q in task.search_queries]
-        if s.page is not None:
-            visible = s.page.chunks[s.chunk] if s.page.chunks else ""
-            out += [format_action("open", link.number) for link in s.page.links if f"[{link.number}]" in visible]
-            if s.chunk + 1 < len(s.page.chunks):
-                out.append(format_action("scroll", "down"))
-            if s.chunk > 0:
-                out.append(format_action("scroll", "up"))
-        if self.allow_compact and s.steps > 0:
-            out += [format_action("compact", n) for n in self._summaries(s)]
-        if self.allow_fork and s.depth < self.max_fork_depth and s.fork_task is None:
-            out += [format_action("fork", sub.question) for sub in state.task.subtasks
-                    if sub.question not in state.answered_forks]
-        final = "finish" if s.depth > 0 else "answer"
-        kind = task.answer_kind
-        values = [v for v, k in s.mentions.items() if kind in ("text", k)]
-        out += [format_action(final, v) for v in values[-MAX_ANSWER_CANDIDATES:]]
-        return list(dict.fromkeys(out))
+        return self.candidate_maker.actions(state.task, state.answered_forks, state.sessions[state.stack[-1]])
 
     def task(self, task_id: str) -> Task:
         """The site's task ``task_id`` as this env asks it (``compare_answer``); a ``KeyError`` naming known ids
@@ -712,37 +517,6 @@ class WebQAEnv(gym.Env[str, str]):
 
     def _asked(self, task: Task) -> Task:
         return answering_with_year(task) if self.compare_answer == "year" else task
-
-    def _task_of(self, session: Session) -> Task:
-        state = self._require_state()
-        if session.fork_task is not None:
-            for sub in state.task.subtasks:
-                if sub.question == session.fork_task:
-                    return sub
-        return state.task
-
-    def _notes(self, session: Session, keep_facts: bool = True) -> str:
-        """A compaction summary built from what the session has seen: the pages read, then the last short lines
-        it read that state a value (an infobox row, a sentence naming a year or an entity); without
-        ``keep_facts``, the pages alone (a lossy summary)."""
-        pages = ", ".join(dict.fromkeys(session.pages_read)) or "none"
-        facts = " ".join(f"{line.rstrip('.')}." for line in list(session.facts)[-MAX_NOTE_FACTS:]) if keep_facts \
-            else ""
-        return f"Pages read: {pages}. Notes: {facts or 'none'}"
-
-    def _summaries(self, session: Session) -> list[str]:
-        """The summaries a compaction of ``session`` offers: the complete one, then (``summary_choices``) the lossy
-        one, where it differs."""
-        complete = self._notes(session)
-        if not self.summary_choices:
-            return [complete]
-        return list(dict.fromkeys([complete, self._notes(session, keep_facts=False)]))
-
-    def _lines_with_mentions(self, text: str) -> tuple[str, ...]:
-        values = [v for v, _ in self._mentions(text)]
-        # Link numbers mean nothing in the next session: notes keep the words only.
-        return tuple(_LINK_MARK.sub("", line).strip() for line in text.splitlines()
-                     if len(line) <= MAX_NOTE_LINE_CHARS and any(v in line for v in values))
 
 
 def _check_budget(spec: Any) -> int | tuple[int, int] | list[int]:
@@ -806,22 +580,3 @@ def _unknown_kwargs_message(unknown: dict[str, Any]) -> str:
         close = difflib.get_close_matches(name, known, n=1)
         parts.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
     return f"unknown WebQAEnv argument {', '.join(parts)}; the arguments are: {', '.join(known)}"
-
-
-def make_backend(
-    name: str, site: Site, chunk_tokens: int = CHUNK_TOKENS, browser_javascript: bool = False
-) -> Backend:
-    """The backend called ``name``: ``"text"`` or ``"playwright"``; ``browser_javascript`` runs the pages'
-    scripts (Playwright only). Here, not in :mod:`envs.backends`, so that the base module never names the
-    Playwright one (which builds on it): no import cycle."""
-    if not isinstance(browser_javascript, bool):
-        raise ValueError(f"browser_javascript must be True or False, got {browser_javascript!r}")
-    if name == "text":
-        if browser_javascript:
-            raise ValueError("browser_javascript=True needs backend='playwright': the text backend runs no scripts")
-        return TextBackend(site, chunk_tokens)
-    if name == "playwright":
-        from .playwright_backend import PlaywrightBackend
-
-        return PlaywrightBackend(site, chunk_tokens, javascript=browser_javascript)
-    raise ValueError(f"backend={name!r} is unknown: use backend='text' (fast, default) or backend='playwright'")
