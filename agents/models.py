@@ -45,6 +45,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
+from envs import view
 from envs.prompts import ROLE_TAG
 
 EOS_TOKEN = "<|endoftext|>"
@@ -196,7 +197,7 @@ def default_texts(episodes: int = 24, env: Any = None) -> list[str]:
             observation, _, terminated, truncated, info = env.step(action)
             done = terminated or truncated
         texts += sessions.values()
-    site = env.unwrapped.site
+    site = view(env).site
     return texts + [f"{doc.title}\n{doc.text}" for doc in site.documents()]
 
 

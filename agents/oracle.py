@@ -35,6 +35,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from envs import view
 from envs.actions import format_action
 from envs.backends import TextBackend
 from envs.web import GoldStep, Site, Task
@@ -79,7 +80,8 @@ class OracleAgent(Agent):
     """Follows gold paths. ``env_or_site``: an env (its site and chunking are used) or a :class:`Site`.
 
     Args:
-        env_or_site: the env it acts in (or a wrapper of it), or the site of the envs it acts in.
+        env_or_site: the env it acts in (or a wrapper of it, or its :func:`envs.view`), or the site of the envs it
+            acts in.
         compact_at: compact when a session's context passes this fraction of ``session_max_tokens``.
         fork: fork one subagent per sub-question of tasks that have them.
         error_rate: probability of a plausible wrong action at a step.
@@ -104,15 +106,15 @@ class OracleAgent(Agent):
             site = env_or_site
             task_by_id = site.task
         else:
-            unwrapped = getattr(env_or_site, "unwrapped", env_or_site)
-            site = unwrapped.site
-            task_by_id = unwrapped.task  # as the env asks it (compare_answer)
-            session_max_tokens = unwrapped.session_max_tokens
-            chunk_tokens = unwrapped.backend.chunk_tokens
+            env = view(env_or_site)
+            site = env.site
+            task_by_id = env.task  # as the env asks it (compare_answer)
+            session_max_tokens = env.session_max_tokens
+            chunk_tokens = env.chunk_tokens
             # Knobs the env cannot honour are off: no forks in a fork-less variant, and so on.
-            fork = fork and unwrapped.allow_fork
-            compact_at = compact_at if unwrapped.allow_compact else None
-            check_gold_paths(unwrapped.tasks)
+            fork = fork and env.allow_fork
+            compact_at = compact_at if env.allow_compact else None
+            check_gold_paths(env.tasks)
         if not 0.0 <= error_rate <= 1.0:
             raise ValueError(f"error_rate must be in [0, 1], got {error_rate}")
         if not 0.0 <= lossy_summary <= 1.0:

@@ -13,6 +13,8 @@ Example:
     >>> obs, info = env.reset(seed=0)
     >>> info["session_kind"]
     'root'
+    >>> envs.view(env).allow_fork  # what code outside the env reads of it, through any wrappers
+    False
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ import gymnasium as gym
 from .actions import Action, ActionError, format_action, parse_action
 from .prompts import render_transcript
 from .spaces import AnyText
-from .webqa import SessionView, Snapshot, WebQAEnv
+from .session import SessionView, Snapshot
+from .webqa import EnvView, WebQAEnv, view
 
 VARIANTS = {
     "mosaic/WebQA-v0": {"allow_compact": True, "allow_fork": True},
@@ -36,5 +39,5 @@ for _env_id, _kwargs in VARIANTS.items():
         # No max_episode_steps: the env truncates on its own budget, so TimeLimit must not count too.
         gym.register(id=_env_id, entry_point="envs.webqa:WebQAEnv", kwargs=_kwargs)
 
-__all__ = ["Action", "ActionError", "AnyText", "SessionView", "Snapshot", "VARIANTS", "WebQAEnv", "format_action",
-           "parse_action", "render_transcript"]
+__all__ = ["Action", "ActionError", "AnyText", "EnvView", "SessionView", "Snapshot", "VARIANTS", "WebQAEnv",
+           "format_action", "parse_action", "render_transcript", "view"]

@@ -44,6 +44,7 @@ from typing import Any, Callable, Sequence
 import gymnasium as gym
 
 from .actions import ActionError, parse_action
+from .webqa import view
 
 logger = logging.getLogger(__name__)
 
@@ -77,18 +78,18 @@ class StepResult:
 def reset_env(env: gym.Env, seed: int, options: dict[str, Any], snapshots: bool = False) -> StepResult:
     """Reset ``env`` with a request's seed and options; with ``snapshots``, its snapshot at the start."""
     obs, info = env.reset(seed=seed, options=options)
-    return StepResult(obs, 0.0, False, False, info, snapshot_after=env.unwrapped.snapshot() if snapshots else None)
+    return StepResult(obs, 0.0, False, False, info, snapshot_after=view(env).snapshot() if snapshots else None)
 
 
 def step_env(env: gym.Env, action: str, acting: int, snapshot_before: bool = False,
              snapshots: bool = False) -> StepResult:
     """Step ``env``, whose session ``acting`` acts; snapshots taken before the step (when asked) and after it at
     a session boundary."""
-    before = env.unwrapped.snapshot() if snapshot_before else None
+    before = view(env).snapshot() if snapshot_before else None
     obs, reward, terminated, truncated, info = env.step(action)
     after = None
     if snapshots and not (terminated or truncated) and info["session_id"] != acting:
-        after = env.unwrapped.snapshot()
+        after = view(env).snapshot()
     return StepResult(obs, float(reward), bool(terminated), bool(truncated), info, before, after)
 
 

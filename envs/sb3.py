@@ -36,7 +36,8 @@ import numpy as np
 
 from .actions import TOOL_ARGS, parse_action
 from .prompts import budget_note
-from .webqa import SessionView, WebQAEnv
+from .session import SessionView
+from .webqa import EnvView, view
 
 __all__ = ["CandidateActions", "fit_candidates", "make_sb3_env"]
 
@@ -116,14 +117,13 @@ class CandidateActions(gym.Wrapper[np.ndarray, np.int64, str, str], gym.utils.Re
         # Recorded so that env.spec can remake the wrapped env (check_env's render check does).
         gym.utils.RecordConstructorArgs.__init__(self, max_candidates=max_candidates, hash_dims=hash_dims)
         super().__init__(env)
-        if not isinstance(env.unwrapped, WebQAEnv):
-            raise TypeError(f"CandidateActions wraps a WebQA env (mosaic/WebQA-*), got {type(env.unwrapped).__name__}")
+        view(env)  # a TypeError for an env that is no WebQA env
         for name, value in (("max_candidates", max_candidates), ("hash_dims", hash_dims)):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
-        self.webqa: WebQAEnv = env.unwrapped
         # The discrete actions are the candidates: the env must list them in every info.
-        self.webqa.candidates = True
+        env.set_wrapper_attr("candidates", True)
+        self.webqa: EnvView = view(env)
         self.max_candidates = max_candidates
         self.hash_dims = hash_dims
         size = 2 * hash_dims + max_candidates * SLOT_FEATURES + GLOBAL_FEATURES

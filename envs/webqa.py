@@ -6,6 +6,10 @@ ends the session and starts a new one holding only the system prompt, the task a
 ``fork(task)`` starts a child session with a fresh context, whose ``finish(result)`` hands the result back
 to the waiting parent. Every step of every session counts against one budget ``max_steps``.
 
+The env keeps the sessions (:mod:`envs.session`); the browsing tools (:mod:`envs.tools`), the grading
+(:mod:`envs.grading`) and the candidate actions (:mod:`envs.candidates`) are modules of their own. Code outside
+the env reads it through :func:`view` (its site, tasks and settings), never through ``env.unwrapped``.
+
 Example:
     >>> import gymnasium as gym, envs
     >>> env = gym.make("mosaic/WebQA-v0", site_size=120, max_steps=20)
@@ -20,6 +24,7 @@ from __future__ import annotations
 import copy
 import difflib
 import inspect
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import gymnasium as gym
@@ -48,6 +53,56 @@ OVERFLOW_POLICIES = ("force_compact", "truncate", "terminate")
 # so that every info key keeps one type in every state and Gymnasium's vector envs can stack the infos.
 NO_SESSION = -1
 _GENERATION_PROMPT = ROLE_TAG["assistant"] + "\n"
+
+
+@dataclass(frozen=True)
+class EnvView:
+    """What code outside a WebQA env reads of it: its site, its tasks and its settings, read-only; and fresh
+    copies of its episode (:meth:`snapshot`, :meth:`trajectory`, :meth:`session_tree`, :meth:`acting_session`).
+    :func:`view` returns one through any wrappers.
+
+    Attributes:
+        site: the site the tasks are asked on (to read, never to change).
+        tasks: the tasks of the env's split, hops and families, as the env asks them (``compare_answer``).
+        session_max_tokens: a session's context window, in tokens of the env's ``token_counter``.
+        chunk_tokens: how much of a page one ``open`` or ``scroll`` shows.
+        max_sessions, max_fork_depth: the most sessions of an episode, the deepest fork.
+        allow_compact, allow_fork: which multi-session tools exist.
+        candidates: whether ``info["candidates"]`` lists the candidate actions.
+        summary_choices: whether a compaction offers the lossy summary beside the complete one.
+    """
+
+    site: Site = field(repr=False)
+    tasks: tuple[Task, ...] = field(repr=False)
+    session_max_tokens: int
+    chunk_tokens: int
+    max_sessions: int
+    max_fork_depth: int
+    allow_compact: bool
+    allow_fork: bool
+    candidates: bool
+    summary_choices: bool
+    _env: "WebQAEnv" = field(repr=False, compare=False)
+
+    def task(self, task_id: str) -> Task:
+        """The site's task ``task_id`` as the env asks it; a ``KeyError`` naming known ids for an unknown one."""
+        return self._env.task(task_id)
+
+    def snapshot(self) -> Snapshot:
+        """A picklable copy of the episode so far; ``env.reset(options={"snapshot": s})`` resumes from it."""
+        return self._env.snapshot()
+
+    def trajectory(self) -> dict[str, Any]:
+        """Success, answers and the session tree of the episode so far (``info["trajectory"]`` at its end)."""
+        return self._env.trajectory()
+
+    def session_tree(self) -> list[dict[str, Any]]:
+        """The sessions so far, in order of creation, as fresh dicts."""
+        return self._env.session_tree()
+
+    def acting_session(self) -> SessionView:
+        """The browser state of the session that acts next."""
+        return self._env.acting_session()
 
 
 class WebQAEnv(gym.Env[str, str]):
@@ -189,7 +244,7 @@ class WebQAEnv(gym.Env[str, str]):
         if options.get("snapshot") is not None:
             snap = options["snapshot"]
             if not isinstance(snap, Snapshot):
-                raise TypeError("options['snapshot'] must come from env.unwrapped.snapshot()")
+                raise TypeError("options['snapshot'] must come from envs.view(env).snapshot()")
             self.state = snap.state.copy()
             self.np_random.bit_generator.state = copy.deepcopy(snap.rng_state)
             return self._observation(), self._info(acted=None, error=None)
@@ -315,6 +370,15 @@ class WebQAEnv(gym.Env[str, str]):
              "context_tokens": s.tokens}
             for s in self._require_state().sessions
         ]
+
+    def view(self) -> EnvView:
+        """This env's site, tasks and settings, read-only (:class:`EnvView`); :func:`view` reaches it through
+        wrappers."""
+        return EnvView(site=self.site, tasks=tuple(self.tasks), session_max_tokens=self.session_max_tokens,
+                       chunk_tokens=self.backend.chunk_tokens, max_sessions=self.max_sessions,
+                       max_fork_depth=self.max_fork_depth, allow_compact=self.allow_compact,
+                       allow_fork=self.allow_fork, candidates=self.candidates, summary_choices=self.summary_choices,
+                       _env=self)
 
     def acting_session(self) -> SessionView:
         """The browser state of the session that acts next (its page, the part on screen, the pages it read)."""
@@ -517,6 +581,33 @@ class WebQAEnv(gym.Env[str, str]):
 
     def _asked(self, task: Task) -> Task:
         return answering_with_year(task) if self.compare_answer == "year" else task
+
+
+def view(env: gym.Env | EnvView) -> EnvView:
+    """The :class:`EnvView` of a WebQA env, through any wrappers (``env.get_wrapper_attr("view")``); an
+    :class:`EnvView` is its own.
+
+    Raises:
+        TypeError: ``env`` is not a WebQA env.
+
+    Example:
+        >>> import gymnasium as gym, envs
+        >>> env = gym.make("mosaic/WebQA-Compact-v0", site_size=120, split="test")
+        >>> seen = envs.view(env)
+        >>> seen.allow_compact, seen.allow_fork, seen.task(seen.tasks[0].id) == seen.tasks[0]
+        (True, False, True)
+    """
+    if isinstance(env, EnvView):
+        return env
+    try:
+        make = env.get_wrapper_attr("view")
+    except AttributeError:
+        make = None
+    seen = make() if callable(make) else None
+    if not isinstance(seen, EnvView):
+        raise TypeError(f"{type(getattr(env, 'unwrapped', env)).__name__} is not a WebQA env (mosaic/WebQA-*): "
+                        "it has no view")
+    return seen
 
 
 def _check_budget(spec: Any) -> int | tuple[int, int] | list[int]:

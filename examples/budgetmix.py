@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> dict:
         model, tokenizer = load_model(str(out / name / "final"))
         agent = LLMAgent(model, tokenizer, mode="choose", seed=args.seed)
         make = lambda: gym.make("mosaic/WebQA-v0", **{**base.env_kwargs, "split": "test"})  # noqa: E731
-        tasks = [t.id for t in make().unwrapped.tasks[:base.eval_tasks]]  # every test task but with --quick
+        tasks = [t.id for t in envs.view(make()).tasks[:base.eval_tasks]]  # every test task but with --quick
         result = pass_at_kt(agent, make, ks=[1], ts=ts, n=args.n, protocol="rerun", num_envs=base.num_envs,
                             tasks=tasks)
         result.save(out / name)

@@ -31,6 +31,7 @@ from tqdm import tqdm
 
 from mosaic_gym.commands.common import int_list
 from algos.evaluate import pass_at_kt_table
+from envs import view
 from envs.sb3 import CandidateActions, make_sb3_env
 
 Policy = Callable[[np.ndarray, np.ndarray], int]
@@ -84,7 +85,7 @@ def correct_steps(env: CandidateActions, policy: Policy, num_tasks: int, samples
     """For each of the env's first ``num_tasks`` tasks, ``samples`` episodes: the steps used when it answered
     correctly, or None."""
     out = []
-    tasks = env.unwrapped.tasks[:num_tasks]
+    tasks = view(env).tasks[:num_tasks]
     with tqdm(total=len(tasks) * samples, desc=desc, disable=None) as bar:
         for task_index, task in enumerate(tasks):
             runs: list[int | None] = []
