@@ -1,7 +1,7 @@
 """Language-model helpers shared by the agent that acts and the learner that trains it.
 
 :class:`agents.llm.LLMAgent` scores choose-mode candidates with :func:`score_tree` (no gradient) and
-:func:`algos.pg.choice_logprobs` re-scores them with it (with gradient): one scorer, so the policy a learner
+:func:`algos.logprobs.choice_logprobs` re-scores them with it (with gradient): one scorer, so the policy a learner
 trains is the one the agent sampled from by construction, not by a test keeping two copies equal.
 
 - :func:`cache_kwarg`: the forward argument that takes a KV cache, whatever the Transformers version.

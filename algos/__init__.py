@@ -1,9 +1,20 @@
 """Learners: credit assignment across sessions, policy gradient, BudgetMix and Pass@(K,T).
 
-- :mod:`algos.advantages`: ``broadcast`` and ``mosaic`` as pure functions (one advantage per session).
-- :class:`algos.PolicyGradient`: clipped token-level policy gradient on an ``LLMAgent``'s model.
-- :mod:`algos.budgets`: BudgetMix samplers, one budget per group.
-- :mod:`algos.evaluate`: Pass@(K,T) with the unbiased estimator, as a table and a heatmap.
+Rooms:
+
+- :mod:`algos.credit`: which advantage each session gets: the formulas (``broadcast``, ``mosaic``), Mosaic's
+  contribution estimators, and the comparison of the two on a run's logs.
+- :mod:`algos.learn`: the settings (:class:`TrainConfig`, :class:`PGConfig`), the update
+  (:class:`PolicyGradient`), the warm start, BudgetMix budgets, checkpoints and ``train(config)``.
+- :mod:`algos.evaluate`: Pass@(K,T), session metrics, probes.
+- :mod:`algos.study`: presets, claims, their runs and their summaries.
+- Shared by the rooms: :mod:`algos.rollout` (collecting trajectories, every session its own sequence),
+  :mod:`algos.logprobs` (the one scorer of the policy's own actions), :mod:`algos.logs` (trajectory logs) and
+  :mod:`algos.plots`.
+- :mod:`algos.bridges`: TRL and verl.
+
+``algos.advantages``, ``algos.budgets``, ``algos.PolicyGradient``, ``algos.train`` and ``algos.TrainSequence`` are
+here for short imports.
 
 Example:
     >>> from algos import advantages
@@ -13,18 +24,23 @@ Example:
 
 from __future__ import annotations
 
-from . import advantages, budgets
-from .config import PGConfig, TrainConfig
+from algos.credit import advantages
+from algos.learn import budgets
+from algos.learn.config import PGConfig, TrainConfig
 
-__all__ = ["PGConfig", "PolicyGradient", "TrainConfig", "TrainSequence", "advantages", "budgets"]
+__all__ = ["PGConfig", "PolicyGradient", "TrainConfig", "TrainSequence", "advantages", "budgets", "train"]
 
 
 def __getattr__(name: str):
     # The learner imports torch: load it only when asked for, so `mosaic site ...` starts fast.
     if name == "PolicyGradient":
-        from .pg import PolicyGradient
+        from algos.learn.pg import PolicyGradient
 
         return PolicyGradient
+    if name == "train":
+        from algos.learn.train import train
+
+        return train
     if name == "TrainSequence":  # the one sequence type, the agents' records'
         from agents.records import TrainSequence
 

@@ -117,8 +117,8 @@ def plot_pass_at_t(curves: dict[str, dict[str, dict[str, dict[str, Any]]]], path
 def plot_credit(groups: Sequence[dict[str, Any]], path: str | Path, title: str = "credit") -> Path:
     """Each session's Mosaic advantage against its broadcast advantage on the same group, one panel per group
     kind, coloured by session kind, filled for a success and hollow for a failure; the diagonal is where the two
-    agree. ``groups`` are :func:`algos.credit_compare.credit_groups`' (any number of runs pooled)."""
-    from .credit_compare import GROUP_KINDS, ROLES
+    agree. ``groups`` are :func:`algos.credit.compare.credit_groups`' (any number of runs pooled)."""
+    from algos.credit.compare import GROUP_KINDS, ROLES
 
     path = Path(path)
     fig = Figure(figsize=(13, 4.5), dpi=100)

@@ -25,7 +25,7 @@ from agents.records import AgentStep, Choice, TrainSequence, pack_session
 from envs.pool import EnvPool, LocalPool, StepResult, is_fork
 from envs.progress import progress_bar
 
-from .logs import step_record
+from algos.logs import step_record
 
 # Choice and TrainSequence are agents.records' own, named here too: the learners' one sequence type.
 __all__ = ["Choice", "Collector", "Request", "TrainSequence", "Trajectory", "session_sequences"]

@@ -28,9 +28,9 @@ from matplotlib.figure import Figure  # noqa: E402
 import envs  # noqa: E402,F401  (registers the environments)
 from agents.llm import LLMAgent  # noqa: E402
 from agents.models import load_model  # noqa: E402
-from algos.config import compaction_demo  # noqa: E402
+from algos.learn.config import compaction_demo  # noqa: E402
 from algos.evaluate import pass_at_kt  # noqa: E402
-from algos.train import train  # noqa: E402
+from algos.learn.train import train  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -38,7 +38,7 @@ from typing import IO, Any, Iterator
 import numpy as np
 
 from algos import logs
-from algos.credit_compare import TOL
+from algos.credit.compare import TOL
 
 TEMPLATE = Path(__file__).with_name("viewer.html")
 _DATA_MARK = "<!--DATA-->"
@@ -309,7 +309,7 @@ def groups(summaries: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def most_different(run_groups: list[dict[str, Any]], count: int = 10) -> list[str]:
-    """The keys of the ``count`` groups whose credits differ most (by more than :data:`algos.credit_compare.TOL`),
+    """The keys of the ``count`` groups whose credits differ most (by more than :data:`algos.credit.compare.TOL`),
     the largest gap first, log order among equals."""
     differ = [g for g in run_groups if g["credit_diff"] is not None and g["credit_diff"] > TOL]
     return [g["key"] for g in sorted(differ, key=lambda g: -g["credit_diff"])[:count]]

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from algos.config import write_text_atomic
+from algos.learn.config import write_text_atomic
 from algos.study import interval
 
 QUICK = ["--model", "tiny-100k", "--bc-episodes", "4", "--bc-epochs", "1", "--tasks-per-iter", "1",

@@ -1,6 +1,6 @@
 """Peak memory of a held-out evaluation, and where in the code the peak falls.
 
-Evaluates a finished ``mosaic train`` run's final model on its own test tasks (``algos.train.evaluate``) while a
+Evaluates a finished ``mosaic train`` run's final model on its own test tasks (``algos.learn.train.evaluate``) while a
 thread samples this process's resident memory every 2 ms and, at each new peak, the main thread's stack.
 
 Usage:
@@ -26,9 +26,9 @@ import torch
 
 import envs  # noqa: F401  (registers the environments)
 from agents.models import load_model
-from algos.config import read_config
+from algos.learn.config import read_config
 from algos.rollout import Collector
-from algos.train import evaluate, make_agent
+from algos.learn.train import evaluate, make_agent
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 

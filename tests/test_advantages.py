@@ -1,4 +1,4 @@
-"""The advantage estimators of ``algos.advantages`` on small groups computed by hand (docs/algorithms.md, eqs. 1-8)."""
+"""The advantage estimators of ``algos.credit.advantages`` on small groups computed by hand (docs/algorithms.md, eqs. 1-8)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import algos.advantages
-from algos.advantages import (
+import algos.credit.advantages
+from algos.credit.advantages import (
     broadcast,
     compaction_chain_contributions,
     likelihood_contributions,
@@ -241,4 +241,4 @@ def test_bad_input_raises_a_value_error_naming_the_argument(call, named):
 
 
 def test_docstring_examples_run():
-    assert doctest.testmod(algos.advantages).failed == 0
+    assert doctest.testmod(algos.credit.advantages).failed == 0

@@ -9,8 +9,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-import algos.budgets
-from algos.budgets import (
+import algos.learn.budgets
+from algos.learn.budgets import (
     BudgetSampler,
     FixedBudget,
     LogUniformBudget,
@@ -137,4 +137,4 @@ def test_parse_budgets_rejects_malformed_specs_naming_the_accepted_forms(spec):
 
 
 def test_docstring_examples_run():
-    assert doctest.testmod(algos.budgets).failed == 0
+    assert doctest.testmod(algos.learn.budgets).failed == 0

@@ -15,9 +15,9 @@ from typing import Any, Callable
 import pytest
 import torch
 
-import algos.train
-from algos.checkpoint import CheckpointError, check_training_state, payload_digest, read_checkpoint
-from algos.config import read_config, write_config
+import algos.learn.train
+from algos.learn.checkpoint import CheckpointError, check_training_state, payload_digest, read_checkpoint
+from algos.learn.config import read_config, write_config
 from algos.study import warm_start_configs
 from mosaic_gym.cli import build_parser, main
 from mosaic_gym.commands.train import config_from_args
@@ -34,7 +34,7 @@ ARGS = ["--model", TEST_MODEL, "--site-size", str(SITE_SIZE), "--max-steps", "6"
 def finished(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("run")
     config = config_from_args(build_parser().parse_args(["train", *ARGS, "--out", str(out)]))
-    algos.train.train(config, log=lambda *_: None)
+    algos.learn.train.train(config, log=lambda *_: None)
     return out
 
 
@@ -176,7 +176,7 @@ def test_a_checkpoint_without_a_checksum_is_resumed_with_a_line_saying_so(finish
     lines: list[str] = []
     config = read_config(run / "config.json")
     config.resume = True
-    algos.train.train(config, log=lines.append)
+    algos.learn.train.train(config, log=lines.append)
     assert any(line.startswith(f"{run / 'checkpoint.pt'} was written before checkpoints carried a checksum")
                for line in lines)
     assert any(line.startswith(f"resumed from {run / 'checkpoint.pt'}") for line in lines)

@@ -154,7 +154,7 @@ def test_length_normalize_reaches_the_runs_agent():
     """``--length-normalize`` (the default) is the run's setting and its agent's scoring; with
     ``--no-length-normalize``, candidates are summed."""
     from agents.models import load_model
-    from algos.train import make_agent
+    from algos.learn.train import make_agent
     from mosaic_gym.cli import build_parser
     from mosaic_gym.commands.train import config_from_args
 

@@ -16,9 +16,9 @@ import envs  # noqa: F401  (registers the environments)
 from agents import Agent, OracleAgent
 from agents.llm import LLMAgent
 from agents.models import build_tiny_model, train_tokenizer
-from algos import advantages
-from algos.bc import TeacherForcing
-from algos.credit import chains, likelihood_contributions, rollout_contributions
+from algos.credit import advantages
+from algos.learn.bc import TeacherForcing
+from algos.credit.estimators import chains, likelihood_contributions, rollout_contributions
 from algos.rollout import Collector, Request, Trajectory
 from helpers import SITE_SIZE
 from envs.actions import format_action
@@ -250,7 +250,7 @@ def test_rollout_contributions_need_at_least_one_continuation(group, m):
 def test_continuations_below_one_are_refused_when_the_run_is_configured(capsys):
     # Before: M = 0 passed every check and failed deep in the first iteration ("boundary_values must be
     # finite", the mean of no continuations). Now the config and the command line refuse it, naming the fix.
-    from algos.config import TrainConfig
+    from algos.learn.config import TrainConfig
     from mosaic_gym.cli import main
 
     for m in (0, -2):

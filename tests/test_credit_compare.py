@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from algos.credit_compare import compare_credit, credit_groups
+from algos.credit.compare import compare_credit, credit_groups
 
 
 def _records(groups, mosaic):

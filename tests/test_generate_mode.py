@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import torch
 
-import algos.train
+import algos.learn.train
 from agents.llm import LLMAgent
 from agents.models import load_model, make_tiny
-from algos.config import PGConfig, TrainConfig
-from algos.pg import sequence_logprobs
+from algos.learn.config import PGConfig, TrainConfig
+from algos.logprobs import sequence_logprobs
 from algos.rollout import Collector, Request, session_sequences
 from envs.prompts import EXAMPLE_EXCHANGE
 
@@ -52,7 +52,7 @@ def run(chat_model_folder, tmp_path_factory) -> Path:
         tasks_per_iter=2, group_size=2, eval_episodes=1, eval_initial=True, num_envs=4, seed=1, out=str(out),
         pg=PGConfig(lr=1e-3))
     try:
-        algos.train.train(config, log=lambda *a: None)
+        algos.learn.train.train(config, log=lambda *a: None)
     finally:
         torch.set_num_threads(threads)
     return out
@@ -109,7 +109,7 @@ def test_a_lora_run_trains_only_its_adapters_and_saves_them_merged(chat_model_fo
         algo="broadcast", env_kwargs=dict(ENV), model=str(chat_model_folder), mode="generate", prompt_examples=True,
         max_new_tokens=8, bc_episodes=4, bc_epochs=1, bc_lr=3e-3, iterations=1, tasks_per_iter=1, group_size=2,
         eval_episodes=1, num_envs=2, seed=2, out=str(out), lora_rank=4, pg=PGConfig(lr=1e-3))
-    algos.train.train(config, log=lambda *a: None)
+    algos.learn.train.train(config, log=lambda *a: None)
     initial, _ = load_model(str(out / "model"))
     final, _ = load_model(str(out / "final"))
     saved = torch.load(out / "checkpoint.pt", map_location="cpu", weights_only=False)["model"]

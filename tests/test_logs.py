@@ -17,7 +17,7 @@ import envs  # noqa: F401
 from agents import OracleAgent
 from algos import logs
 from algos.evaluate import pass_at_kt
-from algos.reporting import ReporterWarning, make_reporters, scalars
+from algos.learn.reporting import ReporterWarning, make_reporters, scalars
 from helpers import SITE_SIZE
 from mosaic_gym.cli import main
 

@@ -14,14 +14,16 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import algos.pg
+import algos.learn.pg
+import algos.logprobs
 import envs  # noqa: F401  (registers the environments)
 from agents.base import Agent, RecordingAgent
 from agents.llm import LLMAgent
 from agents.models import build_tiny_model, train_tokenizer
 from agents.records import AgentStep, Choice
-from algos.config import PGConfig, TrainConfig
-from algos.pg import PolicyGradient, micro_batches, sequence_logprobs
+from algos.learn.config import PGConfig, TrainConfig
+from algos.learn.pg import PolicyGradient
+from algos.logprobs import micro_batches, sequence_logprobs
 from algos.rollout import Collector, Request, TrainSequence, Trajectory, session_sequences
 from helpers import SITE_SIZE
 
@@ -344,14 +346,14 @@ def test_a_collector_keeps_the_steps_a_recording_agent_returns_and_only_those():
 
 
 def test_session_advantages_are_keyed_by_trajectory_and_session(model):
-    from algos.credit import credit_for
+    from algos.credit.estimators import credit_for
 
     tree = lambda n: {"sessions": [{"id": k} for k in range(n)]}  # noqa: E731
     group = [Trajectory(0, "t", 8, reward, tree(n)) for reward, n in ((1.0, 2), (0.0, 1), (1.0, 3))]
     d = [np.array([0.5, -0.5]), np.array([0.0]), np.array([0.2, 0.1, -0.3])]
     config = TrainConfig(algo="mosaic")
     keyed = credit_for(config).session_advantages(group, d)
-    # The learner's own formula on the same rows (one switch: algos.advantages.by_name).
+    # The learner's own formula on the same rows (one switch: algos.credit.advantages.by_name).
     rows = PolicyGradient(model, config.pg).advantages([1.0, 0.0, 1.0], [0, 0, 1, 2, 2, 2], np.concatenate(d))
     assert list(keyed) == [(0, 0), (0, 1), (1, 0), (2, 0), (2, 1), (2, 2)]
     assert list(keyed.values()) == rows.tolist()
@@ -398,7 +400,7 @@ def test_first_ratio_is_one_on_real_rollouts(env_tokenizer, choose_rollouts, mod
 
 
 def test_docstring_examples_run():
-    assert doctest.testmod(algos.pg).failed == 0
+    assert doctest.testmod(algos.learn.pg).failed == 0
 
 
 
@@ -425,7 +427,7 @@ def test_choice_logprobs_match_the_softmax_the_agent_sampled_from(choose_rollout
     steps = [s for t in runs for ss in t.steps.values() for s in ss]
     assert sum(len(s.choices) for s in seqs) == len(steps) > 3
     with torch.no_grad():
-        logp, old, mask, _ = algos.pg.choice_logprobs(model, seqs, CPU)
+        logp, old, mask, _ = algos.logprobs.choice_logprobs(model, seqs, CPU)
     recorded = torch.tensor([float(torch.log(s.choice_probs[s.choice])) for s in steps])
     np.testing.assert_allclose(logp[mask].numpy(), old[mask].numpy(), atol=2e-4)
     # Row by row the choices come in step order, and they are log softmax(score / 0.5) of the agent's own probs.
@@ -439,7 +441,7 @@ def test_choice_gradient_equals_the_gradient_of_the_candidate_log_softmax_by_sep
     _, seqs = _choose_rollouts(env_tokenizer, model, temperature=0.7, n=2)
     seq = next(s for s in seqs if len(s.choices) >= 2)
     model.zero_grad()
-    logp, _, mask, _ = algos.pg.choice_logprobs(model, [seq], CPU)
+    logp, _, mask, _ = algos.logprobs.choice_logprobs(model, [seq], CPU)
     logp[mask].sum().backward()
     tree = _grads(model)
     model.zero_grad()
@@ -466,10 +468,10 @@ def test_one_choose_step_moves_the_probability_of_the_chosen_candidate_with_the_
     seq.choices = [c for c in seq.choices if len(c.candidates) > 1][:1]  # (a single candidate has log pi = 0)
     seq.advantage = advantage
     with torch.no_grad():
-        before = algos.pg.choice_logprobs(model, [seq], CPU)[0][0, 0]
+        before = algos.logprobs.choice_logprobs(model, [seq], CPU)[0][0, 0]
     PolicyGradient(model, PGConfig(lr=3e-3)).update([seq])
     with torch.no_grad():
-        after = algos.pg.choice_logprobs(model, [seq], CPU)[0][0, 0]
+        after = algos.logprobs.choice_logprobs(model, [seq], CPU)[0][0, 0]
     assert (after - before) * advantage > 0.01
 
 
@@ -481,18 +483,18 @@ def _update_grads(model, seqs, shared: bool, monkeypatch, micro_batch_tokens: in
     """The gradient one update leaves, with the shared prefix or with every row run whole; and the prefix's
     length (0 without)."""
     lengths = []
-    make = algos.pg.SharedPrefix.of
+    make = algos.logprobs.SharedPrefix.of
 
     def of(*args, **kwargs):
         prefix = make(*args, **{**kwargs, "min_tokens": min_tokens}) if shared else None
         lengths.append(0 if prefix is None else len(prefix))
         return prefix
 
-    monkeypatch.setattr(algos.pg.SharedPrefix, "of", of)
+    monkeypatch.setattr(algos.logprobs.SharedPrefix, "of", of)
     m = copy.deepcopy(model)
     stats = PolicyGradient(m, PGConfig(lr=0.0, max_grad_norm=1e9, micro_batch_tokens=micro_batch_tokens,
                                        kl_coef=kl_coef)).update(seqs)
-    monkeypatch.setattr(algos.pg.SharedPrefix, "of", make)
+    monkeypatch.setattr(algos.logprobs.SharedPrefix, "of", make)
     return _grads(m), stats, max(lengths)
 
 
@@ -576,7 +578,7 @@ def test_a_sequence_of_advantage_zero_is_not_run_and_the_step_is_the_one_that_ra
 
 def test_a_sequence_that_does_not_start_with_the_shared_prefix_is_refused(model, tokenizer):
     batch = _batch(model, tokenizer)
-    prefix = algos.pg.SharedPrefix.of(model, batch, CPU, min_tokens=1)
+    prefix = algos.logprobs.SharedPrefix.of(model, batch, CPU, min_tokens=1)
     assert prefix is not None and len(prefix) >= 1
     other = TrainSequence([prefix.ids[0] + 1] + batch[0].token_ids[1:], batch[0].gen_mask, batch[0].old_logprobs)
     with pytest.raises(ValueError, match="does not start with the shared prefix"):
@@ -602,7 +604,7 @@ def test_single_candidate_choices_and_the_tokens_after_the_last_real_choice_chan
     grads, logps = [], []
     for batch in ([seq], [longer], [longer, only_forced]):
         model.zero_grad()
-        logp, old, mask, _ = algos.pg.choice_logprobs(model, batch, CPU)
+        logp, old, mask, _ = algos.logprobs.choice_logprobs(model, batch, CPU)
         weights = 1 + torch.arange(logp.shape[1]) / 10  # (choice j of a row weighs 1 + j / 10)
         (logp * weights)[mask].sum().backward()
         grads.append(_grads(model))
@@ -616,7 +618,7 @@ def test_single_candidate_choices_and_the_tokens_after_the_last_real_choice_chan
     # A micro-batch of single-candidate choices only runs no pass at all, and its loss is still counted.
     calls = []
     handle = model.register_forward_pre_hook(lambda *args: calls.append(1))
-    logp, old, mask, _ = algos.pg.choice_logprobs(model, [only_forced], CPU)
+    logp, old, mask, _ = algos.logprobs.choice_logprobs(model, [only_forced], CPU)
     handle.remove()
     assert calls == [] and mask.tolist() == [[True]] and logp.tolist() == [[0.0]]
     stats = PolicyGradient(copy.deepcopy(model), PGConfig(lr=1e-3)).update([only_forced])
@@ -644,12 +646,12 @@ def test_repeated_sessions_run_once_and_each_keeps_its_own_choice(choose_rollout
     swapped.choices[last] = dataclasses.replace(swapped.choices[last],
                                                 candidates=swapped.choices[last].candidates[::-1])
     batch = [seq, other, again, swapped]
-    assert algos.pg.run_key(seq) == algos.pg.run_key(again) != algos.pg.run_key(swapped)
+    assert algos.logprobs.run_key(seq) == algos.logprobs.run_key(again) != algos.logprobs.run_key(swapped)
     rows_run = []
     handle = model.register_forward_pre_hook(lambda m, args, kwargs: rows_run.append(kwargs["input_ids"].shape[0]),
                                              with_kwargs=True)
     model.zero_grad()
-    logp, old, mask, _ = algos.pg.choice_logprobs(model, batch, CPU)
+    logp, old, mask, _ = algos.logprobs.choice_logprobs(model, batch, CPU)
     handle.remove()
     assert rows_run[0] == 3  # the causal pass: seq (for itself and again), other, swapped
     weights = torch.arange(1, 1 + logp.numel(), dtype=torch.float32).view(logp.shape) / 7  # every unit its own
@@ -658,7 +660,7 @@ def test_repeated_sessions_run_once_and_each_keeps_its_own_choice(choose_rollout
     # Each row alone: the same log-probs, old log-probs and, summed, the same gradient.
     model.zero_grad()
     for b, s in enumerate(batch):
-        alone, alone_old, alone_mask, _ = algos.pg.choice_logprobs(model, [s], CPU)
+        alone, alone_old, alone_mask, _ = algos.logprobs.choice_logprobs(model, [s], CPU)
         n = alone.shape[1]
         torch.testing.assert_close(logp[b, :n].detach(), alone[0].detach(), atol=1e-5, rtol=1e-4)
         assert torch.equal(old[b, :n], alone_old[0]) and torch.equal(mask[b, :n], alone_mask[0])
@@ -707,7 +709,7 @@ def test_micro_batches_keep_a_run_together_and_count_it_once(specs, max_tokens):
         seqs.append(TrainSequence([token] * n + [5], [False] * n + [True], [0.0] * (n + 1), choices=choices))
 
     def run_of(s):
-        key = algos.pg.run_key(s)
+        key = algos.logprobs.run_key(s)
         return id(s) if key is None else key
 
     batches = list(micro_batches(seqs, max_tokens))

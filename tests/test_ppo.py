@@ -19,9 +19,10 @@ from agents import OracleAgent
 from agents.llm import LLMAgent
 from agents.models import build_tiny_model, train_tokenizer
 from agents.records import TrainSequence
-from algos.config import PGConfig, TrainConfig
-from algos.pg import PolicyGradient, minibatch_split, run_key, sequence_logprobs
-from algos.probes import probe_probabilities, summary_states
+from algos.learn.config import PGConfig, TrainConfig
+from algos.learn.pg import PolicyGradient, minibatch_split
+from algos.logprobs import run_key, sequence_logprobs
+from algos.evaluate.probes import probe_probabilities, summary_states
 from helpers import SITE_SIZE, TEST_MODEL
 
 CPU = torch.device("cpu")

@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 import torch
 
-import algos.train
-from algos.checkpoint import CheckpointError, load_checkpoint, payload_digest, save_checkpoint
+import algos.learn.train
+from algos.learn.checkpoint import CheckpointError, load_checkpoint, payload_digest, save_checkpoint
 from mosaic_gym.cli import build_parser, main
 from mosaic_gym.commands.train import config_from_args, resume_config
-from algos.config import ConfigError, read_config, write_config
+from algos.learn.config import ConfigError, read_config, write_config
 from helpers import SITE_SIZE, TEST_MODEL
 
 # The tiniest run that still does everything: 2 demonstrations, 2 RL iterations of one group of 2, every test
@@ -62,7 +62,7 @@ def one_thread():
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("uninterrupted")
-    algos.train.train(_config(out), log=_quiet)
+    algos.learn.train.train(_config(out), log=_quiet)
     return out
 
 
@@ -118,7 +118,7 @@ def _writing_first_checkpoint(monkeypatch):
 
 @contextlib.contextmanager
 def _after_checkpoint(monkeypatch, number: int = 1):
-    real, calls = algos.train.save_checkpoint, []
+    real, calls = algos.learn.train.save_checkpoint, []
 
     def save_then_die(*args, **kwargs):
         real(*args, **kwargs)
@@ -126,14 +126,14 @@ def _after_checkpoint(monkeypatch, number: int = 1):
         if len(calls) == number:
             raise _Killed
 
-    monkeypatch.setattr(algos.train, "save_checkpoint", save_then_die)
+    monkeypatch.setattr(algos.learn.train, "save_checkpoint", save_then_die)
     yield _quiet
-    monkeypatch.setattr(algos.train, "save_checkpoint", real)
+    monkeypatch.setattr(algos.learn.train, "save_checkpoint", real)
 
 
 @contextlib.contextmanager
 def _mid_rl(monkeypatch):
-    real, calls = algos.train.rl_iteration, []
+    real, calls = algos.learn.train.rl_iteration, []
 
     def iteration_then_die(*args, **kwargs):
         calls.append(1)
@@ -142,9 +142,9 @@ def _mid_rl(monkeypatch):
             raise _Killed
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(algos.train, "rl_iteration", iteration_then_die)
+    monkeypatch.setattr(algos.learn.train, "rl_iteration", iteration_then_die)
     yield _quiet
-    monkeypatch.setattr(algos.train, "rl_iteration", real)
+    monkeypatch.setattr(algos.learn.train, "rl_iteration", real)
 
 
 # (where the run is killed, how, what is on disk afterwards: the step and phase of the checkpoint, if any)
@@ -163,7 +163,7 @@ def test_a_run_killed_in_every_phase_resumes_to_the_uninterrupted_run(uninterrup
     resume = False
     for where, kill, on_disk in KILLS:
         with kill(monkeypatch) as log, pytest.raises(_Killed):
-            algos.train.train(_config(out, resume=resume), log=log)
+            algos.learn.train.train(_config(out, resume=resume), log=log)
         resume = True
         assert (out / "config.json").is_file(), where
         if on_disk is None:
@@ -172,7 +172,7 @@ def test_a_run_killed_in_every_phase_resumes_to_the_uninterrupted_run(uninterrup
             payload = torch.load(out / "checkpoint.pt", weights_only=True)
             assert (payload["step"], payload["extra"]["state"]["phase"]) == on_disk, where
     lines: list[str] = []
-    algos.train.train(_config(out, resume=True), log=lines.append)
+    algos.learn.train.train(_config(out, resume=True), log=lines.append)
     assert any(line.startswith(f"resumed from {out / 'checkpoint.pt'} at iteration 1") for line in lines)
     first = torch.load(out / "checkpoint.pt", weights_only=True)["extra"]["ref_model"]  # the warm-started policy
     assert any(not torch.equal(first[k], v) for k, v in _weights(out).items())  # RL did change the policy
@@ -183,7 +183,7 @@ def test_a_run_killed_in_every_phase_resumes_to_the_uninterrupted_run(uninterrup
 def warm_only(tmp_path_factory) -> Path:
     """A warm-start-only run (``iterations=0``) of the other algorithm."""
     warm = tmp_path_factory.mktemp("warm")
-    algos.train.train(_config(warm, iterations=0, algo="broadcast"), log=_quiet)
+    algos.learn.train.train(_config(warm, iterations=0, algo="broadcast"), log=_quiet)
     return warm
 
 
@@ -194,14 +194,14 @@ def test_a_run_from_a_shared_warm_start_is_the_run_that_warmed_itself(uninterrup
     warm = warm_only
     before = (warm / "checkpoint.pt").read_bytes()
     out, lines = tmp_path / "from-shared", []
-    algos.train.train(_config(out, warm_start_from=str(warm)), log=lines.append)
+    algos.learn.train.train(_config(out, warm_start_from=str(warm)), log=lines.append)
     assert any(line.startswith(f"warm start from {warm}") for line in lines)
     assert not any(line.startswith("warm start:") for line in lines)  # no demonstrations cloned here
     _assert_same_run(out, uninterrupted)
     assert (warm / "checkpoint.pt").read_bytes() == before
     # killed after its first RL checkpoint, it resumes from its own checkpoint, not from the shared one
     resumed: list[str] = []
-    algos.train.train(_config(out, warm_start_from=str(warm), resume=True, iterations=3), log=resumed.append)
+    algos.learn.train.train(_config(out, warm_start_from=str(warm), resume=True, iterations=3), log=resumed.append)
     assert any(line.startswith("resumed from") for line in resumed)
 
 
@@ -210,8 +210,8 @@ def test_an_arm_may_take_its_own_learning_rate_from_a_shared_warm_start(warm_onl
     weight) from the shared warm start is the run of that learning rate that warmed itself."""
     pg = dataclasses.replace(_config(warm_only).pg, lr=0.003, kl_coef=0.0)
     shared, own = tmp_path / "shared", tmp_path / "own"
-    algos.train.train(_config(shared, warm_start_from=str(warm_only), pg=pg), log=_quiet)
-    algos.train.train(_config(own, pg=pg), log=_quiet)
+    algos.learn.train.train(_config(shared, warm_start_from=str(warm_only), pg=pg), log=_quiet)
+    algos.learn.train.train(_config(own, pg=pg), log=_quiet)
     _assert_same_run(shared, own)
     optimiser = torch.load(shared / "checkpoint.pt", weights_only=True)["optimizer"]
     assert {group["lr"] for group in optimiser["param_groups"]} == {0.003}
@@ -227,7 +227,7 @@ def test_a_warm_start_of_other_settings_is_refused_in_one_line(warm_only, tmp_pa
     if "pg" in changes:
         changes = {"pg": dataclasses.replace(_config(warm).pg, **changes["pg"])}
     with pytest.raises(ConfigError, match=rf"its warm start used {named}=.*only algo, "):
-        algos.train.train(_config(tmp_path / "arm", warm_start_from=str(warm), **changes), log=_quiet)
+        algos.learn.train.train(_config(tmp_path / "arm", warm_start_from=str(warm), **changes), log=_quiet)
 
 
 def test_a_warm_start_whose_checkpoint_is_damaged_is_refused_as_a_warm_start(warm_only, tmp_path):
@@ -237,21 +237,21 @@ def test_a_warm_start_whose_checkpoint_is_damaged_is_refused_as_a_warm_start(war
     shutil.copytree(warm_only, broken)
     (broken / "checkpoint.pt").write_bytes(b"")
     with pytest.raises(ConfigError, match=r"cannot take its warm start from .*checkpoint.pt: the file is empty"):
-        algos.train.train(_config(tmp_path / "arm", warm_start_from=str(broken)), log=_quiet)
+        algos.learn.train.train(_config(tmp_path / "arm", warm_start_from=str(broken)), log=_quiet)
 
 
 def test_a_warm_start_from_an_unfinished_or_trained_run_is_refused(uninterrupted, tmp_path):
     with pytest.raises(ConfigError, match="is not a finished run .*--iterations 0"):
-        algos.train.train(_config(tmp_path / "a", warm_start_from=str(tmp_path / "nothing")), log=_quiet)
+        algos.learn.train.train(_config(tmp_path / "a", warm_start_from=str(tmp_path / "nothing")), log=_quiet)
     with pytest.raises(ConfigError, match="has run 2 RL iterations"):
-        algos.train.train(_config(tmp_path / "b", warm_start_from=str(uninterrupted)), log=_quiet)
+        algos.learn.train.train(_config(tmp_path / "b", warm_start_from=str(uninterrupted)), log=_quiet)
 
 
 # A child process that runs ``mosaic train`` and SIGKILLs itself at a point: nothing of Python's runs after.
 _DRIVER = """
 import os, signal, sys
 import torch
-import algos.train
+import algos.learn.train
 from mosaic_gym.cli import main
 
 def die():
@@ -266,11 +266,11 @@ def save_then_die(*args, **kwargs):
     real_save(*args, **kwargs)
     die()
 
-real_save = algos.train.save_checkpoint
+real_save = algos.learn.train.save_checkpoint
 if sys.argv[1] == "during":
     torch.save = half_then_die
 else:
-    algos.train.save_checkpoint = save_then_die
+    algos.learn.train.save_checkpoint = save_then_die
 main(["train", *sys.argv[2:]])
 """
 
@@ -406,7 +406,7 @@ def test_a_kill_during_a_write_leaves_no_temporary_file_for_good(tmp_path):
     for p in stale:
         p.write_bytes(b"half")
     (tmp_path / "notes.tmp").write_text("someone else's")
-    from algos.checkpoint import remove_stale_temps
+    from algos.learn.checkpoint import remove_stale_temps
 
     assert remove_stale_temps(path) == sorted(stale)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.tmp"]
@@ -465,5 +465,5 @@ def test_resuming_a_folder_without_a_run_is_one_clear_line(tmp_path):
 def test_train_refuses_a_resume_that_changes_the_runs_settings(saved_run):
     config = dataclasses.replace(read_config(saved_run / "config.json"), resume=True, eval_episodes=5)
     with pytest.raises(ConfigError, match="would change eval_episodes from 1 to 5"):
-        algos.train.train(config, log=_quiet)
+        algos.learn.train.train(config, log=_quiet)
     assert read_config(saved_run / "config.json").eval_episodes == 1

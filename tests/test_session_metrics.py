@@ -11,7 +11,7 @@ import pytest
 import envs  # noqa: F401
 from agents import OracleAgent
 from algos.rollout import Collector, Request
-from algos.session_metrics import group_diversity, is_error, session_metrics
+from algos.evaluate.session_metrics import group_diversity, is_error, session_metrics
 
 KW = {"site_size": 120, "hops": (1, 2), "max_steps": 12, "session_max_tokens": 1000, "candidates": True}
 

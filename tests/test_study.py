@@ -9,7 +9,7 @@ import shutil
 import numpy as np
 import pytest
 
-from algos.config import WARM_START_FREE, changed_settings
+from algos.learn.config import WARM_START_FREE, changed_settings
 from algos.study import CLAIMS, interval, run_configs, warm_start_configs
 from mosaic_gym.cli import main
 
@@ -105,7 +105,7 @@ def test_run_folders_and_settings():
 
 
 def test_a_summary_cut_short_counts_as_unfinished(tmp_path):
-    from algos.study import _finished
+    from algos.study.summary import finished as _finished
 
     (tmp_path / "summary.json").write_bytes(b'{"success_final": {"succ')
     assert _finished(tmp_path) is None
@@ -162,7 +162,7 @@ def test_summary_quick_reports_the_probe_paired_by_seed(tmp_path, capsys):
 
 @pytest.mark.parametrize("values,expected", [([0.0, 0.0], 0.0), ([0.1], None), ([1.0, 3.0], None)])
 def test_the_smallest_detectable_difference_follows_the_t_quantiles(values, expected):
-    from algos.study import _T80, _T95, detectable
+    from algos.study.summary import _T80, _T95, detectable
 
     got = detectable(values)
     if len(values) < 2:
@@ -175,7 +175,7 @@ def test_the_smallest_detectable_difference_follows_the_t_quantiles(values, expe
 
 
 def test_updates_to_threshold_counts_a_run_that_never_reaches_it_as_censored():
-    from algos.study import updates_to
+    from algos.study.summary import updates_to
 
     assert updates_to([0.95]) == (0, True)
     assert updates_to([0.5, 0.89, 0.9]) == (2, True)

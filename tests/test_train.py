@@ -1,4 +1,4 @@
-"""``algos.train``: a tiny run of each algorithm writes its artifacts; an iteration with Mosaic's rollout
+"""``algos.learn.train``: a tiny run of each algorithm writes its artifacts; an iteration with Mosaic's rollout
 estimator branches from session boundaries; a run killed (even mid-save) or extended resumes to exactly the
 parameters of an uninterrupted run; checkpoints are written atomically."""
 
@@ -15,12 +15,12 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-import algos.train
+import algos.learn.train
 from agents.llm import LLMAgent
 from agents.models import build_tiny_model, train_tokenizer
-from algos.checkpoint import load_checkpoint, save_checkpoint
-from algos.config import PGConfig, TrainConfig
-from algos.pg import PolicyGradient
+from algos.learn.checkpoint import load_checkpoint, save_checkpoint
+from algos.learn.config import PGConfig, TrainConfig
+from algos.learn.pg import PolicyGradient
 from algos.rollout import Collector, Request
 from helpers import SITE_SIZE, TEST_MODEL
 
@@ -67,14 +67,14 @@ def one_thread():
 def broadcast_run(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("broadcast")
     (out / "metrics.jsonl").write_text('{"iteration": 0, "from": "an older run in this folder"}\n' * 3)
-    algos.train.train(_config(out, "broadcast", iterations=2), log=_quiet)
+    algos.learn.train.train(_config(out, "broadcast", iterations=2), log=_quiet)
     return out
 
 
 @pytest.fixture(scope="module")
 def mosaic_run(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("mosaic")
-    algos.train.train(_config(out, "mosaic", iterations=2), log=_quiet)
+    algos.learn.train.train(_config(out, "mosaic", iterations=2), log=_quiet)
     return out
 
 
@@ -128,8 +128,8 @@ def test_an_iteration_with_the_rollout_estimator_branches_from_session_boundarie
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(Collector, "run", counting_run)
-        metrics = algos.train.rl_iteration(config, 0, agent, PolicyGradient(agent.model, config.pg),
-                                           Collector(make_env, 4), env, algos.train.budget_sampler(config),
+        metrics = algos.learn.train.rl_iteration(config, 0, agent, PolicyGradient(agent.model, config.pg),
+                                           Collector(make_env, 4), env, algos.learn.train.budget_sampler(config),
                                            np.random.default_rng(0))
     # The settings compact mid-episode, so there are boundaries to branch from, M continuations each.
     assert branched and len(branched) % config.continuations == 0
@@ -145,7 +145,7 @@ def test_killed_mid_save_then_extended_runs_resume_to_the_uninterrupted_paramete
                                                                                    monkeypatch):
     out = tmp_path / "interrupted"
     # 1. A finished run with the warm start only (its final evaluation samples too) ...
-    algos.train.train(_config(out, "mosaic", iterations=0), log=_quiet)
+    algos.learn.train.train(_config(out, "mosaic", iterations=0), log=_quiet)
     warm = torch.load(out / "checkpoint.pt", weights_only=False)
     initial = AutoModelForCausalLM.from_pretrained(out / "model").state_dict()
     # (the KL's reference is the warm-started policy, not the random initial model)
@@ -164,13 +164,13 @@ def test_killed_mid_save_then_extended_runs_resume_to_the_uninterrupted_paramete
 
     monkeypatch.setattr(torch, "save", save_then_die)
     with pytest.raises(_Crash):
-        algos.train.train(_config(out, "mosaic", iterations=2, resume=True), log=_quiet)
+        algos.learn.train.train(_config(out, "mosaic", iterations=2, resume=True), log=_quiet)
     monkeypatch.setattr(torch, "save", real_save)
     assert torch.load(out / "checkpoint.pt", weights_only=False)["step"] == 1  # the last good checkpoint
     assert len(_metrics(out)) == 2
     assert [p.name for p in out.iterdir() if p.name.endswith(".tmp")] == []
     # 3. ... and resumed again to the end.
-    summary = algos.train.train(_config(out, "mosaic", iterations=2, resume=True), log=_quiet)
+    summary = algos.learn.train.train(_config(out, "mosaic", iterations=2, resume=True), log=_quiet)
 
     expected, got = _parameters(mosaic_run), _parameters(out)
     assert any(not torch.equal(warm["model"][k], v) for k, v in got.items())  # RL did change the policy
@@ -217,7 +217,7 @@ def test_checkpoint_survives_a_crash_while_it_is_being_replaced(tmp_path, monkey
 def test_docstring_examples_run():
     import doctest
 
-    assert doctest.testmod(algos.train).failed == 0
+    assert doctest.testmod(algos.learn.train).failed == 0
 
 
 def test_train_command_without_arguments_is_the_embedded_default():

@@ -1,6 +1,6 @@
 """MosaicGRPOTrainer end to end on the CPU: our env inside TRL's GRPOTrainer, a tiny model, a few steps.
 
-Rows are sessions (each with its own prompt and completion), their advantages are algos.advantages' on the same
+Rows are sessions (each with its own prompt and completion), their advantages are algos.credit.advantages' on the same
 groups (Mosaic with the likelihood estimator, and broadcast), and TRL's loss falls on a fixed batch of a fixed
 task (num_iterations > 1: the same rows, trained on four times)."""
 
@@ -19,7 +19,7 @@ from trl import GRPOConfig  # noqa: E402  (the trl extra: scripts/setup.sh insta
 import envs  # noqa: E402,F401
 from agents import OracleAgent  # noqa: E402
 from agents.models import default_texts, load_model  # noqa: E402
-from algos import advantages as adv  # noqa: E402
+from algos.credit import advantages as adv  # noqa: E402
 from algos.bridges.trl import MosaicGRPOTrainer, SessionCredit, task_dataset  # noqa: E402
 from algos.rollout import Collector, Request, session_sequences  # noqa: E402
 

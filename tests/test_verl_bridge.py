@@ -1,4 +1,4 @@
-"""The verl 'mosaic' advantage estimator equals algos.advantages.mosaic on the same groups, rows in any order."""
+"""The verl 'mosaic' advantage estimator equals algos.credit.advantages.mosaic on the same groups, rows in any order."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from algos import advantages as adv
+from algos.credit import advantages as adv
 
 from verl import DataProto  # (the verl extra: scripts/setup.sh installs it)
 from verl.trainer.ppo.core_algos import get_adv_estimator_fn
@@ -53,7 +53,7 @@ def rows_of(groups, order_seed):
 
 
 def expected(groups, normalize_std):
-    """Each (group, trajectory, session)'s advantage from algos.advantages.mosaic, per group."""
+    """Each (group, trajectory, session)'s advantage from algos.credit.advantages.mosaic, per group."""
     out = {}
     for g, trajectories in enumerate(groups):
         keys = [(g, i, sid) for i, t in enumerate(trajectories) for sid in range(len(t["d"]))]

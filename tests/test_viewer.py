@@ -200,9 +200,9 @@ def test_view_command_writes_a_page_and_refuses_a_missing_folder(run_dir, tmp_pa
 def credit_run(tmp_path_factory):
     """A Mosaic training run's folder as ``mosaic train`` lays it out: two logged groups (oracle episodes with
     forks and compactions; in group 0 some fail, in group 1 all fail alike) with each session's advantage
-    under broadcast and Mosaic (algos.advantages, D drawn at random), metrics.jsonl with KL and a probe metric,
+    under broadcast and Mosaic (algos.credit.advantages, D drawn at random), metrics.jsonl with KL and a probe metric,
     and summary.json with held-out success."""
-    from algos import advantages
+    from algos.credit import advantages
 
     out = tmp_path_factory.mktemp("mosaic")
     episodes = oracle_records(3, families="compare", session_max_tokens=1500)

@@ -6,6 +6,6 @@ Each bridge imports its trainer only when imported itself (``import algos.bridge
 ``--no-deps``, see ``docs/verl.md``).
 
 - :mod:`algos.bridges.trl`: :class:`~algos.bridges.trl.MosaicGRPOTrainer`, a ``GRPOTrainer`` whose rollouts are
-  episodes of our envs, one training row per session, broadcast or Mosaic advantages from :mod:`algos.advantages`.
+  episodes of our envs, one training row per session, broadcast or Mosaic advantages from :mod:`algos.credit.advantages`.
 - :mod:`algos.bridges.verl`: the ``"mosaic"`` advantage estimator, registered with verl's ``register_adv_est``.
 """

@@ -9,12 +9,12 @@ whole rollout: broadcast. :class:`MosaicGRPOTrainer` replaces the trainer's gene
 2. every session of every episode becomes its own row (:func:`algos.rollout.session_sequences`): its first
    prompt is the row's prompt, the rest of the session its completion, with the env's tokens inside it masked
    out of the loss (TRL's ``tool_mask``);
-3. each row gets its session's advantage from :mod:`algos.advantages`: :func:`~algos.advantages.broadcast` by
-   default, or :func:`~algos.advantages.mosaic` with the session contributions of :mod:`algos.credit`
+3. each row gets its session's advantage from :mod:`algos.credit.advantages`: :func:`~algos.credit.advantages.broadcast` by
+   default, or :func:`~algos.credit.advantages.mosaic` with the session contributions of :mod:`algos.credit`
    (``SessionCredit(credit="mosaic", estimator="likelihood" | "rollout")``).
 
 The loss, optimizer, KL and clipping stay TRL's (``GRPOConfig``). Where TRL and our learner
-(:class:`algos.pg.PolicyGradient`) choose differently, see ``docs/trl.md``.
+(:class:`algos.learn.pg.PolicyGradient`) choose differently, see ``docs/trl.md``.
 
 Example (not run here: it trains)::
 
@@ -43,9 +43,9 @@ import envs  # noqa: F401  (registers the environments)
 from agents.llm import LLMAgent
 from agents.records import TrainSequence
 
-from .. import advantages as adv
-from .. import credit as mosaic_credit
-from ..rollout import Collector, Request, Trajectory, session_sequences
+from algos.credit import advantages as adv
+from algos.credit import estimators as mosaic_credit
+from algos.rollout import Collector, Request, Trajectory, session_sequences
 
 __all__ = ["MosaicGRPOTrainer", "SessionCredit", "SessionGroup", "env_reward", "session_rows", "task_dataset"]
 
@@ -55,7 +55,7 @@ ESTIMATORS = ("likelihood", "rollout")
 
 @dataclass
 class SessionCredit:
-    """How the rows of a group get their advantages (the names of :class:`algos.config.PGConfig`'s settings).
+    """How the rows of a group get their advantages (the names of :class:`algos.learn.config.PGConfig`'s settings).
 
     ``normalize_std`` is not here: it is TRL's ``scale_rewards`` (``"group"``: divide by the group's reward std;
     ``"none"``: Dr. GRPO).

@@ -11,7 +11,7 @@ output and starts the next); the estimator reads from the batch's non-tensor dat
   in the agent loop); without it the advantage has no session-level term.
 
 A trajectory's reward ``R_i`` is the sum of its rows' ``token_level_rewards`` (verl scores the last output of a
-run). The advantage of every row is :func:`algos.advantages.mosaic` of its group, statistics once per
+run). The advantage of every row is :func:`algos.credit.advantages.mosaic` of its group, statistics once per
 trajectory, spread over the row's response tokens. See ``docs/verl.md`` for the agent-loop recipe.
 
 verl 0.9.1's ``compute_advantage`` hands a registered estimator the non-tensor data only for ``"gdpo"``; the
@@ -27,7 +27,7 @@ import torch
 from verl import DataProto
 from verl.trainer.ppo.core_algos import register_adv_est
 
-from .. import advantages as adv
+from algos.credit import advantages as adv
 
 __all__ = ["NON_TENSOR_KEYS", "compute_mosaic_advantage", "mosaic_advantage"]
 
@@ -49,7 +49,7 @@ def compute_mosaic_advantage(token_level_rewards: torch.Tensor, response_mask: t
         config: verl's ``AlgoConfig``; its ``norm_adv_by_std_in_grpo`` is our ``normalize_std``.
         non_tensor_batch: the batch's non-tensor data, with ``traj_id``, ``session_id`` and optionally
             ``session_contribution`` per row.
-        lambda_use, beta, clip: as in :func:`algos.advantages.mosaic`.
+        lambda_use, beta, clip: as in :func:`algos.credit.advantages.mosaic`.
 
     Returns:
         ``(advantages, returns)``, both ``(B, L)``: each row's advantage on its response tokens.

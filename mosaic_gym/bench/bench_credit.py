@@ -38,8 +38,8 @@ import numpy as np
 import envs  # noqa: F401  (registers the environments)
 from agents import Agent, OracleAgent
 from agents.base import step_rng
-from algos import advantages as adv
-from algos.credit import chains, rollout_contributions
+from algos.credit import advantages as adv
+from algos.credit.estimators import chains, rollout_contributions
 from algos.rollout import Collector, Request, Trajectory
 from envs.actions import format_action
 from mosaic_gym.bench.common import emit, fill_defaults, machine

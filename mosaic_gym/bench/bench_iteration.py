@@ -3,7 +3,7 @@ estimator, on the same tasks and seeds, phase by phase; and the peak memory of a
 
 One policy (the demo's ``TrainConfig`` defaults: the env, tiny model, choose mode, groups and envs; the model
 fresh, or warm-started by ``--bc-episodes`` oracle demonstrations) is copied for each row, and each row runs
-:func:`algos.train.rl_iteration` with the same RNG seed: the same tasks, budgets, reset seeds and sampling, so
+:func:`algos.learn.train.rl_iteration` with the same RNG seed: the same tasks, budgets, reset seeds and sampling, so
 the three rollout phases are the same trajectories (``same_trajectories`` checks it) and the rows differ only
 in what the credit assignment adds. Each row's phases come from the iteration's own metrics
 (``time_rollouts``, ``time_continuations`` for Mosaic's rollout estimator, ``time_scoring`` for the likelihood
@@ -47,12 +47,12 @@ import envs  # noqa: F401  (registers the environments)
 from agents import OracleAgent
 from agents.llm import LLMAgent
 from agents.models import default_texts, load_model
-from algos.bc import TeacherForcing, clone
-from algos.config import TrainConfig, compaction_demo
-from algos.pg import PolicyGradient
+from algos.learn.bc import TeacherForcing, clone
+from algos.learn.config import TrainConfig, compaction_demo
+from algos.learn.pg import PolicyGradient
 from algos.rollout import Collector, Request
 from algos.study import warm_start_configs
-from algos.train import budget_sampler, make_agent, rl_iteration
+from algos.learn.train import budget_sampler, make_agent, rl_iteration
 from mosaic_gym.bench.common import (add_settings_flags, emit, figure, fill_defaults, machine, settings_argv,
                                      torch_machine)
 
@@ -72,7 +72,7 @@ QUICK_TRAIN_ARGS = ["--model", "tiny-100k", "--site-size", "120", "--max-steps",
 
 
 def iteration_config(args: argparse.Namespace) -> TrainConfig:
-    """The compaction demo's settings (:func:`algos.config.compaction_demo`: one summary per compaction, T = 8, one
+    """The compaction demo's settings (:func:`algos.learn.config.compaction_demo`: one summary per compaction, T = 8, one
     PPO step per iteration, what the iteration rows have measured since they exist), smaller with ``--quick``."""
     base = compaction_demo()
     if args.settings == "full":
@@ -109,7 +109,7 @@ def starting_policy(config: TrainConfig, env: gym.Env, bc_episodes: int) -> tupl
 
 
 def one_iteration(config: TrainConfig, model: Any, tokenizer: Any, env: gym.Env) -> dict[str, Any]:
-    """:func:`algos.train.rl_iteration` on a copy of ``model`` with fresh envs, seeded as a run's first."""
+    """:func:`algos.learn.train.rl_iteration` on a copy of ``model`` with fresh envs, seeded as a run's first."""
     model = copy.deepcopy(model)
     agent = make_agent(config, model, tokenizer)
     learner = PolicyGradient(model, config.pg)

@@ -39,9 +39,10 @@ import torch.nn.functional as F
 import envs  # noqa: F401  (registers the environments)
 from agents import OracleAgent
 from agents.llm import LLMAgent
-from algos.bc import TeacherForcing
-from algos.config import PGConfig
-from algos.pg import PolicyGradient, micro_batches
+from algos.learn.bc import TeacherForcing
+from algos.learn.config import PGConfig
+from algos.learn.pg import PolicyGradient
+from algos.logprobs import micro_batches
 from algos.rollout import Collector, Request, TrainSequence, session_sequences
 from mosaic_gym.bench.common import (add_settings_flags, emit, figure, fill_defaults, load_bench_model, machine,
                                      settings_argv, torch_machine)
@@ -166,11 +167,11 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
 def _lora_row(model: torch.nn.Module, sequences: list[TrainSequence], config: PGConfig, args: argparse.Namespace
               ) -> dict[str, Any]:
-    """The same update on a copy of ``model`` with LoRA adapters (:func:`algos.lora.add_lora`): its tokens/s, and
+    """The same update on a copy of ``model`` with LoRA adapters (:func:`algos.learn.lora.add_lora`): its tokens/s, and
     its speed over the full update's as ``lora_speedup``."""
     import copy
 
-    from algos.lora import add_lora
+    from algos.learn.lora import add_lora
 
     adapted = copy.deepcopy(model)
     add_lora(adapted, args.lora_rank)

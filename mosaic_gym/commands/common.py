@@ -245,14 +245,14 @@ def device(text: str) -> str:
 
 
 def budgets(text: str) -> str:
-    """``text`` when it is a BudgetMix spec (see :func:`algos.budgets.parse_budgets`); an argparse error
+    """``text`` when it is a BudgetMix spec (see :func:`algos.learn.budgets.parse_budgets`); an argparse error
     naming the accepted forms otherwise.
 
     Example:
         >>> budgets("4,8,16")
         '4,8,16'
     """
-    from algos.budgets import parse_budgets
+    from algos.learn.budgets import parse_budgets
 
     try:
         parse_budgets(text)

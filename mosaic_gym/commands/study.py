@@ -57,8 +57,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from algos.checkpoint import CheckpointError
-    from algos.config import ConfigError
+    from algos.learn.checkpoint import CheckpointError
+    from algos.learn.config import ConfigError
     from algos.logs import LogError
     from algos.study import markdown, run_claim, summarize
 

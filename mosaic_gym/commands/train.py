@@ -2,7 +2,7 @@
 
 ``--resume`` continues the run in ``--out`` with the settings in its ``config.json``, not the command line's
 defaults: a flag given explicitly must agree with them (``--iterations`` may change, see
-:data:`algos.config.RESUMABLE`); one that contradicts them is an error naming the flag and both values.
+:data:`algos.learn.config.RESUMABLE`); one that contradicts them is an error naming the flag and both values.
 """
 
 from __future__ import annotations
@@ -54,8 +54,8 @@ class _Given(argparse.Action):
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    from algos.advantages import ALGORITHMS
-    from algos.config import TrainConfig
+    from algos.credit.advantages import ALGORITHMS
+    from algos.learn.config import TrainConfig
 
     d = TrainConfig()
     p = subparsers.add_parser(
@@ -216,8 +216,8 @@ _temperature = _number(0.0, False, "give a temperature >= 0 (0: greedy)")
 
 
 def config_from_args(args: argparse.Namespace):
-    from algos.config import PGConfig
-    from algos.config import TrainConfig
+    from algos.learn.config import PGConfig
+    from algos.learn.config import TrainConfig
 
     env_kwargs = {"site_size": args.site_size, "site_seed": args.site_seed, "hops": parse_hops(args.hops),
                   "max_steps": args.max_steps, "candidates": args.mode == "choose"}
@@ -261,11 +261,11 @@ def config_from_args(args: argparse.Namespace):
 def resume_config(args: argparse.Namespace):
     """The config of the run in ``--out`` (its ``config.json``), with the flags given that a resume may change.
 
-    Raises :class:`algos.config.ConfigError` for a flag given explicitly that contradicts the run's settings.
+    Raises :class:`algos.learn.config.ConfigError` for a flag given explicitly that contradicts the run's settings.
     """
     import dataclasses
 
-    from algos.config import RESUMABLE, ConfigError, read_config, setting
+    from algos.learn.config import RESUMABLE, ConfigError, read_config, setting
 
     wanted = config_from_args(args)
     path = Path(wanted.out) / "config.json"
@@ -296,9 +296,9 @@ def _flag(dest: str, args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from algos.checkpoint import CheckpointError
-    from algos.config import ConfigError
-    from algos.train import train
+    from algos.learn.checkpoint import CheckpointError
+    from algos.learn.config import ConfigError
+    from algos.learn.train import train
     from envs.pool import PoolError
 
     try:
@@ -308,8 +308,8 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"mosaic train: {err}") from None
     out = Path(config.out)
     existed = out.exists()
-    from algos.config import config_to_json
-    from algos.reporting import ReporterWarning, make_reporters
+    from algos.learn.config import config_to_json
+    from algos.learn.reporting import ReporterWarning, make_reporters
 
     reporters = []
     try:

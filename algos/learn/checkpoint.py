@@ -43,14 +43,14 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from .config import RESUMABLE, TrainConfig, changed_settings, config_from_json
+from algos.learn.config import RESUMABLE, TrainConfig, changed_settings, config_from_json
 
 # 1: RNG states as numpy arrays and tuples, which only an unsafe (code-running) load can read; 2: no checksum;
 # 3: the payload's sha256 in it.
 FORMAT = 3
 READABLE_FORMATS = (2, 3)
 KEYS = ("format", "model", "optimizer", "step", "rng", "extra")
-PHASES = ("warm_start", "rl")  # algos.train's phases: cloning demonstrations, then RL iterations
+PHASES = ("warm_start", "rl")  # algos.learn.train's phases: cloning demonstrations, then RL iterations
 
 
 class CheckpointError(ValueError):
@@ -252,8 +252,8 @@ def _non_finite(value: Any, name: str, floats: bool):
 
 def check_training_state(path: str | Path, payload: dict[str, Any], saved: TrainConfig,
                          log: Callable[[str], Any] = print) -> None:
-    """Refuse a training checkpoint whose state no run of :func:`algos.train.train` writes, or whose settings
-    contradict ``saved`` (the run's ``config.json``) beyond :data:`algos.config.RESUMABLE`.
+    """Refuse a training checkpoint whose state no run of :func:`algos.learn.train.train` writes, or whose settings
+    contradict ``saved`` (the run's ``config.json``) beyond :data:`algos.learn.config.RESUMABLE`.
 
     Checked: the phase is one of :data:`PHASES`; the iteration is an int in ``0 .. iterations`` of the run that
     wrote it (``0`` in the warm start), equal to the checkpoint's step and to the length of its history; the

@@ -2,7 +2,7 @@
 
 Held-out success is a mean of Bernoulli draws: with 28 test tasks run once each it carries +-0.06-0.12 of noise
 per seed (docs/findings.md). A probe carries none: it is the exact probability the policy gives one action at a
-fixed set of states, computed by the learner's own scorer (:func:`algos.pg.choice_logprobs`), so a learning
+fixed set of states, computed by the learner's own scorer (:func:`algos.logprobs.choice_logprobs`), so a learning
 curve of it shows the policy moving from the first update on.
 
 The ``summary`` probe: the states where a session must compact (its window is full) in an env that offers
@@ -27,7 +27,7 @@ import torch
 from agents import OracleAgent
 from agents.records import Choice, TrainSequence
 
-from .pg import choice_logprobs
+from algos.logprobs import choice_logprobs
 
 PROBES = ("summary",)
 PROBE_ENV_INDEX = -7_000  # the agent's cache key of a probe state (no env of a pool has a negative index)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .advantages import ALGORITHMS
+from algos.credit.advantages import ALGORITHMS
 
 RESUMABLE = ("iterations",)
 """The settings a resumed run may change: how many RL iterations it runs in all (extend it, or stop it earlier).

@@ -2,7 +2,7 @@
 
 Sessions form chains: a root or fork session, then the compaction sessions that continue it. A chain starts
 from a value and ends at a value; each compaction boundary inside it has a value too; a session's D is the
-value at its end minus the value at its start (:func:`algos.advantages.compaction_chain_contributions`).
+value at its end minus the value at its start (:func:`algos.credit.advantages.compaction_chain_contributions`).
 
 - root chain: starts at V(reset state) (rollout: M continuations from the trajectory's own reset snapshot,
   like every other boundary; likelihood: the root's first prompt), ends at the trajectory's reward R_i;
@@ -31,9 +31,9 @@ import torch
 from agents.records import TrainSequence
 from envs.actions import ActionError, format_action, parse_action
 
-from . import advantages as adv
-from .pg import SharedPrefix, micro_batches, sequence_logprobs
-from .rollout import Collector, Request, Trajectory
+from algos.credit import advantages as adv
+from algos.logprobs import SharedPrefix, micro_batches, sequence_logprobs
+from algos.rollout import Collector, Request, Trajectory
 
 
 def chains(trajectory: Trajectory) -> list[list[int]]:
@@ -116,7 +116,7 @@ def likelihood_contributions(group: Sequence[Trajectory], model: torch.nn.Module
 
     Every context of the group is scored in one batched pass per ``max_tokens`` padded tokens (the shortest
     first, so rows of a batch are of a length), after the tokens they all open with (the system message), which
-    run once (:class:`algos.pg.SharedPrefix`): the same log-probs as one pass per context, to float rounding.
+    run once (:class:`algos.logprobs.SharedPrefix`): the same log-probs as one pass per context, to float rounding.
     """
     answer_ids = encode(format_action("answer", gold_answer))
     wanted: dict[tuple[int, ...], float] = {}
@@ -233,10 +233,10 @@ class Credit:
     the formula that turns rewards (and D) into one advantage per session.
 
     :func:`credit_for` builds one from a run's settings, once; the training loop asks it, never the setting's name,
-    which credit to compute. ``name`` is one of :data:`algos.advantages.ALGORITHMS`.
+    which credit to compute. ``name`` is one of :data:`algos.credit.advantages.ALGORITHMS`.
 
     Example:
-        >>> from algos.config import TrainConfig
+        >>> from algos.learn.config import TrainConfig
         >>> credit = credit_for(TrainConfig(algo="broadcast"))
         >>> credit.name, credit.phase, credit.needs_snapshots
         ('broadcast', None, False)
@@ -249,7 +249,7 @@ class Credit:
     needs_snapshots = False  # whether its estimator continues from env snapshots taken during the rollouts
 
     def __init__(self, pg: Any):
-        self.pg = pg  # algos.config.PGConfig: the formula's settings (normalisation, Mosaic's weights)
+        self.pg = pg  # algos.learn.config.PGConfig: the formula's settings (normalisation, Mosaic's weights)
 
     def contributions(self, group: Sequence[Trajectory], collector: Collector, agent: Any, answer: str,
                       rng: np.random.Generator, device: str) -> list[np.ndarray] | None:
@@ -310,13 +310,13 @@ class MosaicCredit(Credit):
         return likelihood_contributions(group, agent.model, agent.encode_action, answer, device=device)
 
     def compare(self, records: Any) -> dict[str, Any] | None:
-        from .credit_compare import compare_credit
+        from algos.credit.compare import compare_credit
 
         return compare_credit(records)
 
 
 def credit_for(config: Any) -> Credit:
-    """The credit of a run's settings (:class:`algos.config.TrainConfig`): chosen here, once."""
+    """The credit of a run's settings (:class:`algos.learn.config.TrainConfig`): chosen here, once."""
     if config.algo == "mosaic":
         return MosaicCredit(config.pg, config.estimator, config.continuations, config.root_start)
     return Credit(config.pg)

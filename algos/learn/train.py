@@ -3,7 +3,7 @@
 Read top to bottom: :class:`TrainConfig` holds every setting (one line each), :func:`train` is the loop.
 
 1. Build the env, the model (a tiny preset, a local folder, SmolLM2, a hub id) and an ``LLMAgent``.
-2. Warm start: behaviour cloning on ``OracleAgent`` demonstrations (:mod:`algos.bc`).
+2. Warm start: behaviour cloning on ``OracleAgent`` demonstrations (:mod:`algos.learn.bc`).
 3. RL: each iteration draws ``tasks_per_iter`` train tasks, one budget per group (BudgetMix), runs
    ``group_size`` trajectories per task, computes one advantage per session (broadcast or Mosaic, with
    the rollout or likelihood estimator of marginal contribution) and takes one :class:`PolicyGradient` step.
@@ -12,7 +12,7 @@ Read top to bottom: :class:`TrainConfig` holds every setting (one line each), :f
    trained model (``final/``, loadable by ``mosaic eval --agent``) at the end.
 
 The settings are written to ``config.json`` in the run folder when it starts. A resume must keep them (only
-``iterations`` may change, :data:`algos.config.RESUMABLE`); one stopped before its first checkpoint (during the
+``iterations`` may change, :data:`algos.learn.config.RESUMABLE`); one stopped before its first checkpoint (during the
 warm start) starts again from the beginning, exactly as a run that never stopped.
 """
 
@@ -39,25 +39,25 @@ from envs.memory import peak_rss_mib
 from envs.progress import progress_bar
 from envs.prompts import EXAMPLE_EXCHANGE
 
-from . import logs
-from .bc import TeacherForcing, clone
-from .budgets import FixedBudget, parse_budgets
-from .checkpoint import (CheckpointError, check_training_state, read_checkpoint, remove_stale_temps,
+from algos import logs
+from algos.learn.bc import TeacherForcing, clone
+from algos.learn.budgets import FixedBudget, parse_budgets
+from algos.learn.checkpoint import (CheckpointError, check_training_state, read_checkpoint, remove_stale_temps,
                          restore_checkpoint, save_checkpoint)
-from .config import (RESUMABLE, WARM_START_FREE, ConfigError, TrainConfig, changed_settings, config_to_json,
+from algos.learn.config import (RESUMABLE, WARM_START_FREE, ConfigError, TrainConfig, changed_settings, config_to_json,
                      read_config, write_config, write_text_atomic)
-from .credit import credit_for
-from .lora import add_lora, merge_lora
-from .pg import PolicyGradient
-from .probes import ProbeState, probe_metrics, probe_probabilities, summary_states
-from .rollout import Collector, Request, session_sequences
-from .session_metrics import group_diversity, session_metrics
+from algos.credit.estimators import credit_for
+from algos.learn.lora import add_lora, merge_lora
+from algos.learn.pg import PolicyGradient
+from algos.evaluate.probes import ProbeState, probe_metrics, probe_probabilities, summary_states
+from algos.rollout import Collector, Request, session_sequences
+from algos.evaluate.session_metrics import group_diversity, session_metrics
 
 
 def train(config: TrainConfig, log: Any = print, reporters: Sequence[Any] = ()) -> dict[str, Any]:
     """Run (or resume) training; returns the summary (held-out success before and after RL, and more).
 
-    ``reporters`` (:mod:`algos.reporting`: TensorBoard, W&B) get each iteration's metrics too, besides
+    ``reporters`` (:mod:`algos.learn.reporting`: TensorBoard, W&B) get each iteration's metrics too, besides
     ``metrics.jsonl``.
     """
     out = Path(config.out)
@@ -117,7 +117,7 @@ def train(config: TrainConfig, log: Any = print, reporters: Sequence[Any] = ()) 
 
 
 def _probe(config: TrainConfig, agent: LLMAgent, states: list[ProbeState]) -> dict[str, Any]:
-    """``config.probe``'s metrics of the policy as it stands (:mod:`algos.probes`): exact, no sampling."""
+    """``config.probe``'s metrics of the policy as it stands (:mod:`algos.evaluate.probes`): exact, no sampling."""
     p = probe_probabilities(agent, states, config.temperature, config.length_normalize, device=config.pg.device)
     return probe_metrics(p, config.active_probe or "summary")
 
@@ -257,7 +257,7 @@ def _finish(run: _Run, model: torch.nn.Module, tokenizer: Any, adapters: Any = N
         if compared is not None and compared["groups"]["n"]:
             summary["credit_vs_broadcast"] = compared
     write_text_atomic(out / "summary.json", json.dumps(summary, indent=2))  # a study reads it as "finished"
-    from .plots import plot_training
+    from algos.plots import plot_training
 
     plot_training(state["history"], out / "training.png", title=f"{config.algo} on {config.env_id}")
     run.log(_report(summary))
@@ -481,7 +481,7 @@ def paired_gain(before: dict[str, Any], after: dict[str, Any]) -> tuple[float, f
 def _resume_payload(config: TrainConfig, checkpoint: Path, log: Any) -> dict[str, Any] | None:
     """What this run continues from: ``checkpoint``'s payload when ``config.resume`` and one was written, else None.
 
-    A resume must keep the run's settings (its ``config.json``) but for :data:`algos.config.RESUMABLE`; a run
+    A resume must keep the run's settings (its ``config.json``) but for :data:`algos.learn.config.RESUMABLE`; a run
     stopped before its first checkpoint starts again from the beginning (with the same settings, the same run).
     """
     if not config.resume:
@@ -507,7 +507,7 @@ def _resume_payload(config: TrainConfig, checkpoint: Path, log: Any) -> dict[str
 
 def _warm_start_payload(config: TrainConfig, log: Any) -> dict[str, Any]:
     """The checkpoint of ``config.warm_start_from``, a finished warm-start-only run (``iterations=0``) with this
-    run's settings but :data:`algos.config.WARM_START_FREE`: RL starts from it exactly as from a warm start of its
+    run's settings but :data:`algos.learn.config.WARM_START_FREE`: RL starts from it exactly as from a warm start of its
     own (the checkpoint holds the weights, the optimiser, every RNG and the held-out results so far)."""
     source = Path(config.warm_start_from)
     checkpoint = source / "checkpoint.pt"
@@ -591,7 +591,7 @@ def _iteration_log(out: Path, it: int) -> Path:
 
 
 def _credit_line(c: dict[str, Any]) -> str:
-    """One line of where Mosaic's credit departed from broadcast's (:func:`algos.credit_compare.compare_credit`)."""
+    """One line of where Mosaic's credit departed from broadcast's (:func:`algos.credit.compare.compare_credit`)."""
     kinds = {k: v for k, v in c["groups"].items() if k != "n"}
     differ = sum((v["share"] or 0) * (v["differ"] or 0) for v in kinds.values())
     return (f"  Mosaic against broadcast on the {c['groups']['n']} logged groups: credit differs in {differ:.0%} of "

@@ -31,8 +31,8 @@ from agents.base import Agent, RecordingAgent
 from agents.records import AgentStep, TrainSequence
 from envs.progress import progress_bar
 
-from .pg import SharedPrefix, micro_batches, sequence_logprobs
-from .rollout import Trajectory, session_sequences
+from algos.logprobs import SharedPrefix, micro_batches, sequence_logprobs
+from algos.rollout import Trajectory, session_sequences
 
 
 class TeacherForcing(RecordingAgent):

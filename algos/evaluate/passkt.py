@@ -27,8 +27,8 @@ from matplotlib.figure import Figure
 
 from envs.pool import EnvPool
 
-from . import logs
-from .rollout import Collector, Request, Trajectory
+from algos import logs
+from algos.rollout import Collector, Request, Trajectory
 
 __all__ = [
     "PROTOCOLS",

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from .rollout import Trajectory
+from algos.rollout import Trajectory
 
 __all__ = ["group_diversity", "is_error", "session_metrics"]
 

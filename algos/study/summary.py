@@ -1,293 +1,20 @@
-"""The study this project exists for: Mosaic against broadcast where the policy chooses its sessions.
-
-A *claim* (:data:`CLAIMS`) is a set of *arms*, each a :class:`~algos.config.TrainConfig` made from a
-*preset* (:data:`PRESETS`: an env where sessions are the policy's choice and a varied warm start) and the
-arm's own settings, run with several seeds. Every (arm, seed) is one ``mosaic train`` run in its own folder,
-``OUT/<preset>/<arm>/seed<k>``, so:
-
-- a claim can be stopped at any point and resumed (each run resumes from its last checkpoint; a finished run
-  is never run again);
-- claims share runs: ``recovery`` reads the ``compaction`` runs, and ``budgets`` adds one arm beside them;
-- the summary (:func:`summarize`) is rebuilt from whatever runs have finished.
-
-Seed ``k`` of every arm of a preset starts from the same warm start (the same demonstrations, the same
-cloned model: nothing before RL depends on the arm), computed once in ``OUT/<preset>/warm-start/seed<k>`` and
-taken by each arm's run (``TrainConfig.warm_start_from``: bit for bit the run that computed its own). So arms
-are compared *paired*: per seed, the mean over
-test tasks of the difference between the arms' held-out success (both evaluated on the same tasks with the
-same reset seeds). Results are the mean over seeds with a 95% t-interval over seeds.
-
-Example:
-    >>> sorted(CLAIMS)
-    ['budgets', 'compaction', 'fork', 'recovery', 'summary']
-    >>> [arm.name for arm in CLAIMS["compaction"].arms]
-    ['broadcast', 'mosaic']
-"""
+"""A claim's results from its finished runs: paired differences over seeds with 95% intervals, the smallest
+difference the design could detect, the probe's curves, and the markdown and plots (:func:`summarize`,
+:func:`markdown`)."""
 
 from __future__ import annotations
 
-import copy
 import json
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
-from .config import PGConfig, TrainConfig
-
-__all__ = ["CLAIMS", "PRESETS", "Arm", "Claim", "interval", "run_claim", "run_configs", "summarize",
-           "warm_start_configs"]
-
-# The oracle styles of the varied warm start: compact early, late or only when asked; a nonzero error rate so
-# that the demonstrations hold recoveries (the policy clones them).
-COMPACTION_STYLES = [
-    {"compact_at": None, "error_rate": 0.0},
-    {"compact_at": 0.45, "error_rate": 0.15},
-    {"compact_at": 0.8, "error_rate": 0.0},
-    {"compact_at": None, "error_rate": 0.15},
-]
-FORK_STYLES = [
-    {"fork": True, "error_rate": 0.0},
-    {"fork": False, "error_rate": 0.15},
-    {"fork": True, "error_rate": 0.15},
-    {"fork": False, "error_rate": 0.0},
-]
-
-# The summary preset's learner: PPO with 2 epochs of 2 minibatches and a target KL (measured on this preset: the
-# probe rose 0.43 -> 0.85 in 6 broadcast iterations at KL 0.02-0.04 per update; one epoch of one step at lr 1e-3
-# had no trust region, docs/findings.md).
-SUMMARY_PG = {"lr": 1e-3, "epochs": 2, "minibatches": 2, "target_kl": 0.03}
-
-PRESETS: dict[str, dict[str, Any]] = {
-    # The session decision is the lever: every episode's first session fills its window (search, open), and the
-    # forced compaction offers the complete summary and a lossy one (summary_choices). At T=5 the complete one is
-    # needed (search, open, compact, answer; a lossy one leaves no steps to read again), so what the session hands
-    # on decides the reward. The warm start clones demonstrations that take the lossy summary half the time and
-    # then read again (at a budget of 12, so they succeed and are cloned): the policy starts near P(complete) =
-    # 0.4-0.5, and the probe measures that probability exactly at 32 fixed compaction states after every update.
-    "summary": {
-        "env_id": "mosaic/WebQA-v0",
-        "env_kwargs": {"site_size": 600, "hops": 1, "max_steps": 5, "candidates": True, "session_max_tokens": 600,
-                       "summary_choices": True},
-        "bc_styles": [{"lossy_summary": 0.5}], "bc_max_steps": 12, "length_normalize": True, "probe": "summary",
-        "iterations": 15, "tasks_per_iter": 6, "group_size": 8, "eval_episodes": 4, "eval_greedy": True,
-        "num_envs": 24, "pg": SUMMARY_PG,
-    },
-    # One-hop tasks fit one window; two-hop (chain, long, inverted) tasks fill it: compaction is optional on
-    # the first and needed on the second. compact(...) is among the candidates at every step.
-    "compaction": {
-        "env_id": "mosaic/WebQA-Compact-v0",
-        "env_kwargs": {"site_size": 600, "hops": [1, 2], "max_steps": 12, "candidates": True,
-                       "session_max_tokens": 1000},
-        "bc_styles": COMPACTION_STYLES, "bc_episodes": 64, "eval_budgets": [4, 8],  # and 12, the env's
-        "bc_max_steps": None, "length_normalize": False, "eval_greedy": False,  # (as when its runs were made)
-    },
-    # Compare tasks of three items, each a one-hop sub-question: fork each to a subagent, or do all three in one
-    # session (the window holds them). They ask for the winning year: asked for the winner, every name to guess
-    # from is in the question, and a policy that answers one unread is right a third of the time. 3,000
-    # entities give 10 test tasks. Candidates are scored by their mean token log-prob: summed, a fork's
-    # sub-question (15-20 tokens) against a search (5-8) left the warm start forking with p < 0.001 although
-    # half its demonstrations forked (p 0.6-0.7 at the first step when mean-scored, the same weights).
-    "fork": {
-        "env_id": "mosaic/WebQA-Fork-v0",
-        "env_kwargs": {"site_size": 3000, "hops": 2, "families": ["compare"], "compare_answer": "year",
-                       "max_steps": 16, "candidates": True, "session_max_tokens": 2400},
-        "bc_styles": FORK_STYLES, "bc_episodes": 64, "length_normalize": True, "bc_max_steps": None,
-        "eval_greedy": False,
-        "eval_episodes": 4,  # success is near 0.1 here: 4 runs of each of the 10 test tasks, not 1
-    },
-}
-# --quick: the same presets on a small site with tiny runs of the smallest model (what the tests run; the numbers
-# mean nothing).
-QUICK = {"model": "tiny-100k", "bc_episodes": 4, "bc_epochs": 1, "iterations": 1, "tasks_per_iter": 1, "probe_states": 4,
-         "group_size": 2, "eval_episodes": 1, "eval_tasks": 3, "num_envs": 4, "continuations": 1}
-QUICK_ENV = {"compaction": {"site_size": 120, "hops": 1, "session_max_tokens": 700, "max_steps": 8},
-             "summary": {"site_size": 120, "hops": 1, "session_max_tokens": 600, "max_steps": 5},
-             "fork": {"site_size": 120, "hops": 2, "max_steps": 12, "session_max_tokens": 1600}}
-# Sized to fit a working session: the compaction claim (3 warm starts, 6 RL runs) took 51 minutes with --jobs 2 on
-# 2 cores shared with other work.
-FULL = {"iterations": 5, "tasks_per_iter": 4, "group_size": 8, "eval_episodes": 1, "num_envs": 32,
-        "temperature": 1.0}
+from algos.study.presets import CLAIMS, Claim, run_configs
 
 
-@dataclass(frozen=True)
-class Arm:
-    """One side of a comparison: its name (its run folder) and the settings it changes."""
-
-    name: str
-    settings: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Claim:
-    """What a claim runs (a preset, its arms) and what it reports (``kind``, with the two arms compared)."""
-
-    preset: str
-    arms: tuple[Arm, ...]
-    kind: str  # "credit", "budgets" or "recovery"
-    question: str
-
-
-CLAIMS: dict[str, Claim] = {
-    "summary": Claim("summary", (Arm("broadcast", {"algo": "broadcast"}), Arm("mosaic", {"algo": "mosaic"})),
-                     "credit", "Does Mosaic learn what a session should hand on (the complete summary) faster than "
-                               "broadcast?"),
-    "compaction": Claim("compaction", (Arm("broadcast", {"algo": "broadcast"}), Arm("mosaic", {"algo": "mosaic"})),
-                        "credit", "Does Mosaic beat broadcast in the compaction setting, with fewer sessions?"),
-    "fork": Claim("fork", (Arm("broadcast", {"algo": "broadcast"}), Arm("mosaic", {"algo": "mosaic"})),
-                  "credit", "Does Mosaic beat broadcast in the fork setting, with fewer sessions?"),
-    "budgets": Claim("compaction", (Arm("mosaic", {"algo": "mosaic"}),
-                                    Arm("mosaic-budgetmix", {"algo": "mosaic", "budgets": "4,8,12"})),
-                     "budgets", "Does RL's gain shrink as the budget T shrinks, and does BudgetMix keep "
-                                "Pass@(1,T) steadier across T than a fixed budget?"),
-    "recovery": Claim("compaction", (Arm("broadcast", {"algo": "broadcast"}), Arm("mosaic", {"algo": "mosaic"})),
-                      "recovery", "Is RL's gain in recovering from errors rather than in better single steps?"),
-}
-
-
-def _settings(claim: str, quick: bool) -> tuple[Claim, dict[str, Any]]:
-    """The claim and the settings its runs share (the preset at the study's size)."""
-    if claim not in CLAIMS:
-        raise ValueError(f"claim={claim!r} is unknown: use one of {sorted(CLAIMS)}")
-    spec = CLAIMS[claim]
-    preset = copy.deepcopy(PRESETS[spec.preset])
-    if quick:
-        preset["env_kwargs"].update(QUICK_ENV[spec.preset])
-        preset["eval_budgets"] = [4] if "eval_budgets" in preset else None
-    return spec, ({**preset, **QUICK} if quick else {**FULL, **preset})  # a preset may set FULL's keys its own way
-
-
-def _config(settings: dict[str, Any], seed: int, folder: Path, **changes: Any) -> TrainConfig:
-    # Micro-batches of 2,048 padded tokens: the update's tree-masked candidate scoring is 2-3x faster than at
-    # 32,768 (attention over fewer rows at once), and it is most of an RL iteration's time in these presets.
-    settings = {**settings, **changes}
-    pg = {"lr": STUDY_LR, "micro_batch_tokens": STUDY_MICRO_BATCH_TOKENS, **settings.pop("pg", {})}
-    return TrainConfig(**settings, seed=seed, out=str(folder), pg=PGConfig(**pg))
-
-
-STUDY_MICRO_BATCH_TOKENS = 2048
-# RL's learning rate (the demo's is 1e-3). Chosen because a first AdamW step moves every weight by about the
-# learning rate, whatever the gradient's size. Measured: held-out results at 3e-4 and 1e-3 are alike
-# (docs/study.md); the training-group success that seemed to fall at 1e-3 follows the tasks each iteration draws.
-STUDY_LR = 3e-4
-
-
-def warm_start_configs(claim: str, out: str | Path, seeds: int = 3, quick: bool = False) -> list[TrainConfig]:
-    """Seed k's warm start, computed once for every arm of the claim's preset: a run with ``iterations=0`` in
-    ``OUT/<preset>/warm-start/seed<k>`` (the arms' runs start RL from its checkpoint, ``warm_start_from``)."""
-    spec, settings = _settings(claim, quick)
-    return [_config(settings, seed, Path(out) / spec.preset / WARM_START / f"seed{seed}", iterations=0)
-            for seed in range(seeds)]
-
-
-WARM_START = "warm-start"  # the folder of a preset's shared warm starts, beside its arms'
-
-
-def run_configs(claim: str, out: str | Path, seeds: int = 3, quick: bool = False,
-                iterations: int | None = None, log_groups: int | None = None) -> list[tuple[Arm, int, TrainConfig]]:
-    """The (arm, seed, settings) of every run of ``claim``, each in its own folder under ``out``, starting RL from
-    seed k's shared warm start (:func:`warm_start_configs`); every run logs ``log_groups`` groups per iteration
-    to its ``trajectories/`` (None: :class:`TrainConfig`'s default)."""
-    if seeds < 1:
-        raise ValueError(f"seeds must be at least 1, got {seeds}")
-    spec, settings = _settings(claim, quick)
-    warm = warm_start_configs(claim, out, seeds, quick)
-    runs = []
-    for arm in spec.arms:
-        for seed in range(seeds):
-            changes = dict(arm.settings)
-            if iterations is not None:
-                changes["iterations"] = iterations
-            if log_groups is not None:
-                changes["log_groups"] = log_groups
-            folder = Path(out) / spec.preset / arm.name / f"seed{seed}"
-            runs.append((arm, seed, _config(settings, seed, folder, **changes, warm_start_from=warm[seed].out)))
-    return runs
-
-
-def run_claim(claim: str, out: str | Path, seeds: int = 3, quick: bool = False, iterations: int | None = None,
-              jobs: int = 1, log: Any = print, log_groups: int | None = None) -> dict[str, Any]:
-    """Run (or resume) every run of ``claim`` that has not finished, ``jobs`` at a time, then :func:`summarize`.
-
-    Each seed's warm start runs first, once for all arms; then the arms' runs of that seed, which start RL from
-    it. A run has finished when its ``summary.json`` records the iterations asked; any other run is resumed from
-    its checkpoint (or started). With ``jobs > 1`` each run trains in its own process (torch threads split
-    between them); the results are the same as run one after another (each run is deterministic alone).
-    """
-    todo: list[TrainConfig] = []  # an arm's run needs its warm_start_from to have finished first
-    for arm, seed, config in run_configs(claim, out, seeds, quick, iterations, log_groups):
-        if _needs_run(arm.name, seed, config, log):
-            todo.append(config)
-    needed = {c.warm_start_from for c in todo}
-    for seed, config in enumerate(warm_start_configs(claim, out, seeds, quick)):
-        # Its checkpoint is what the arms start from (a folder without it, e.g. a clone of committed results,
-        # computes it again: the same warm start).
-        if config.out not in needed:
-            continue
-        if not (Path(config.out) / "checkpoint.pt").is_file() and _finished(Path(config.out)) is not None:
-            log(f"warm start seed {seed}: computing it again, its checkpoint is not in {config.out}")
-            todo.append(config)
-        elif _needs_run("warm start", seed, config, log):
-            todo.append(config)
-    # Seed by seed, every arm of a seed together: a study stopped early still holds complete pairs.
-    todo.sort(key=lambda c: (c.seed, c.warm_start_from is not None))
-    if jobs <= 1 or len(todo) <= 1:
-        for config in todo:
-            _train_quietly(config)
-    else:
-        _run_parallel(todo, jobs, log)
-    return summarize(claim, out, seeds, quick=quick)
-
-
-def _run_parallel(todo: list[TrainConfig], jobs: int, log: Any) -> None:
-    """Train ``todo`` in ``jobs`` processes, in its order, each run once the warm start it needs has finished."""
-    import multiprocessing as mp
-    import os
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-
-    threads = max(1, (os.cpu_count() or 1) // jobs)
-    pending = {c.out for c in todo}
-    waiting, running = list(todo), {}
-    with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
-        while waiting or running:
-            for config in [c for c in waiting if c.warm_start_from not in pending][: jobs - len(running)]:
-                waiting.remove(config)
-                running[pool.submit(_train_quietly, config, threads)] = config
-            done, _ = wait(running, return_when=FIRST_COMPLETED)
-            for future in done:
-                config = running.pop(future)
-                future.result()  # a run that failed stops the study, with its error
-                pending.discard(config.out)
-                log(f"finished {config.out}")
-
-
-def _needs_run(name: str, seed: int, config: TrainConfig, log: Any) -> bool:
-    """Whether the run has not finished (its ``summary.json`` records the iterations asked); one that has not is
-    set to resume from its checkpoint, if it has a ``config.json``."""
-    folder = Path(config.out)
-    done = _finished(folder)
-    if done is not None and done.get("iterations", -1) == config.iterations:
-        log(f"{name} seed {seed}: finished ({folder})")
-        return False
-    config.resume = (folder / "config.json").exists()
-    log(f"{name} seed {seed}: {'resuming' if config.resume else 'starting'} ({folder})")
-    return True
-
-
-def _train_quietly(config: TrainConfig, threads: int | None = None) -> None:
-    """One run of the study (its report is its ``summary.json``)."""
-    import torch
-
-    from .train import train
-
-    if threads is not None:
-        torch.set_num_threads(threads)
-    train(config, log=lambda *a: None)
-
-
-def _finished(folder: Path) -> dict[str, Any] | None:
+def finished(folder: Path) -> dict[str, Any] | None:
     """The run's ``summary.json``, or None if it has none or one cut short (a kill while it was written): such
     a run is resumed from its checkpoint, which writes the summary again."""
     path = folder / "summary.json"
@@ -301,6 +28,9 @@ def _finished(folder: Path) -> dict[str, Any] | None:
 # Intervals
 # ---------------------------------------------------------------------------------------------------------
 # Two-sided 95% Student-t quantiles by degrees of freedom (no scipy here); beyond 30, the normal's 1.96.
+
+
+
 _T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
 
@@ -344,7 +74,7 @@ def summarize(claim: str, out: str | Path, seeds: int = 3, quick: bool = False) 
     spec = CLAIMS[claim]
     runs: dict[str, dict[int, dict[str, Any]]] = {}
     for arm, seed, config in run_configs(claim, out, seeds, quick):
-        summary = _finished(Path(config.out))
+        summary = finished(Path(config.out))
         if summary is not None:
             history = [json.loads(line) for line in (Path(config.out) / "metrics.jsonl").read_text().splitlines()]
             runs.setdefault(arm.name, {})[seed] = {"summary": summary, "history": history, "folder": Path(config.out),
@@ -370,13 +100,13 @@ def summarize(claim: str, out: str | Path, seeds: int = 3, quick: bool = False) 
     results["verdict"] = _verdict(spec, results)
     (folder / "results.json").write_text(json.dumps(results, indent=2))
     (folder / "results.md").write_text(markdown(results))
-    from .plots import plot_pass_at_t, plot_study
+    from algos.plots import plot_pass_at_t, plot_study
 
     if runs:
         plot_study({name: [r["history"] for r in seeds_.values()] for name, seeds_ in runs.items()},
                    folder / "curves.png", title=f"{claim}: {spec.question}")
         if probe:
-            from .plots import plot_probe
+            from algos.plots import plot_probe
 
             plot_probe({name: arm["curve"] for name, arm in probe["arms"].items()}, folder / "probe.png",
                        threshold=PROBE_THRESHOLD, title=f"{claim}: P(right session decision) at fixed states")
@@ -498,12 +228,12 @@ CREDIT_SHARES = ("failures_credited", "successes_blamed", "correlation")
 
 def _credit_results(runs: dict[str, dict[int, dict[str, Any]]],
                     plot: Path | None = None) -> dict[str, Any]:
-    """Where Mosaic's advantages differ from broadcast's on the same groups (:mod:`algos.credit_compare`), per
+    """Where Mosaic's advantages differ from broadcast's on the same groups (:mod:`algos.credit.compare`), per
     Mosaic arm: each seed's comparison over its logged training groups, and intervals over seeds; with ``plot``,
     a PNG of every session's two advantages (``<plot>-<arm>.png``, all seeds pooled)."""
-    from . import logs
-    from .credit_compare import GROUP_KINDS, compare_credit, credit_groups
-    from .plots import plot_credit
+    from algos import logs
+    from algos.credit.compare import GROUP_KINDS, compare_credit, credit_groups
+    from algos.plots import plot_credit
 
     out: dict[str, Any] = {}
     for name, seeds in runs.items():

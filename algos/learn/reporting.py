@@ -4,7 +4,7 @@ Both are optional and only used when asked for: TensorBoard needs the ``tensorbo
 (``pip install 'mosaic-gym[tensorboard]'``; ``torch.utils.tensorboard`` writes the events), W&B the ``wandb``
 package. Asked for but not installed, a reporter is skipped with one warning that names the install, and the
 run goes on with ``metrics.jsonl`` alone. Each reporter gets an iteration's metrics as
-:func:`algos.train.rl_iteration` returns them; every numeric value becomes a scalar under its own name.
+:func:`algos.learn.train.rl_iteration` returns them; every numeric value becomes a scalar under its own name.
 """
 
 from __future__ import annotations
