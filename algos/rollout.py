@@ -23,7 +23,7 @@ import gymnasium as gym
 from agents.base import RecordingAgent
 from agents.records import AgentStep, Choice, TrainSequence, pack_session
 from envs.pool import EnvPool, LocalPool, StepResult, is_fork
-from envs.progress import progress_bar
+from envs.web.progress import progress_bar
 
 from algos.logs import step_record
 

@@ -106,7 +106,7 @@ def task_dataset(env: gym.Env) -> Dataset:
         >>> rows.column_names
         ['prompt', 'task_id']
     """
-    tasks = env.unwrapped.tasks
+    tasks = envs.view(env).tasks
     return Dataset.from_dict({"prompt": [t.question for t in tasks], "task_id": [t.id for t in tasks]})
 
 
@@ -219,7 +219,7 @@ class MosaicGRPOTrainer(GRPOTrainer):
         agent = self.agent()
         d = None
         if c.credit == "mosaic" and c.estimator == "likelihood":
-            answer = self.env.unwrapped.task(group[0].task_id).answer
+            answer = envs.view(self.env).task(group[0].task_id).answer
             d = mosaic_credit.likelihood_contributions(group, agent.model, agent.encode_action, answer,
                                                        device=str(agent.device))
         elif c.credit == "mosaic":

@@ -26,6 +26,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from envs.pool import EnvPool
+from envs import view
 
 from algos import logs
 from algos.rollout import Collector, Request, Trajectory
@@ -391,7 +392,7 @@ def pass_at_kt(
         ks: sampling breadths K (sorted, duplicates dropped); each at most ``n``.
         ts: step budgets T (sorted, duplicates dropped).
         n: samples per task.
-        tasks: task ids; default every task of the env's split and hops (``env.unwrapped.tasks``).
+        tasks: task ids; default every task of the env's split and hops (``envs.view(env).tasks``).
         protocol: ``"truncate"`` or ``"rerun"``.
         seed: sample ``j`` of the ``i``-th task resets with seed ``seed + i * n + j``.
         num_envs: how many episodes run side by side.
@@ -414,7 +415,7 @@ def pass_at_kt(
         >>> from agents import OracleAgent
         >>> env = gym.make("mosaic/WebQA-v0", site_size=120, split="test")
         >>> result = pass_at_kt(OracleAgent(env), env, ks=[1], ts=[1, 64], n=1, progress=False)
-        >>> result.table.tolist(), len(result.samples) == len(env.unwrapped.tasks)
+        >>> result.table.tolist(), len(result.samples) == len(envs.view(env).tasks)
         ([[0.0, 1.0]], True)
     """
     if protocol not in PROTOCOLS:
@@ -430,13 +431,13 @@ def pass_at_kt(
         raise ValueError(f"num_envs must be at least 1, got {num_envs}")
     given = isinstance(env_fn_or_env, gym.Env)
     first = env_fn_or_env if given else env_fn_or_env()
-    task_ids = [t.id for t in first.unwrapped.tasks] if tasks is None else [str(t) for t in tasks]
+    task_ids = [t.id for t in view(first).tasks] if tasks is None else [str(t) for t in tasks]
     if not task_ids:
         raise ValueError("tasks is empty: give at least one task id (or None for every task of the env)")
     if len(set(task_ids)) < len(task_ids):
         raise ValueError(f"tasks holds repeated ids: {sorted({t for t in task_ids if task_ids.count(t) > 1})}")
     for task_id in task_ids:
-        first.unwrapped.task(task_id)  # an unknown id fails here, naming the known ones, not mid-run
+        view(first).task(task_id)  # an unknown id fails here, naming the known ones, not mid-run
     more: Callable[[], gym.Env] | None = env_fn_or_env
     if given:
         more = (lambda: gym.make(first.spec)) if first.spec is not None else None
@@ -452,7 +453,7 @@ def pass_at_kt(
 
     def write(r: int, traj: Trajectory) -> None:  # as each run ends; its transcript is not kept after
         budget, i, task_id, j = keys[r]
-        log.write(logs.from_trajectory(traj, first.unwrapped.task(task_id).question, "eval", group=i,
+        log.write(logs.from_trajectory(traj, view(first).task(task_id).question, "eval", group=i,
                                        meta={"sample": j, "seed": requests[r].seed, "protocol": protocol}))
         traj.transcript = None
 

@@ -26,6 +26,7 @@ import torch
 
 from agents import OracleAgent
 from agents.records import Choice, TrainSequence
+from envs import view
 
 from algos.logprobs import choice_logprobs
 
@@ -46,12 +47,12 @@ def summary_states(env: Any, count: int, seed: int = 0, max_steps: int = 64) -> 
     """Up to ``count`` states where a session must compact and two summaries are offered, one per training task
     (the first ``count`` tasks of ``env``, each reset with seed ``seed + k``), reached by the oracle; the target is
     the complete summary (the first compact candidate). An env without ``summary_choices`` gives none."""
-    unwrapped = env.unwrapped
-    if not (unwrapped.candidates and unwrapped.summary_choices):
+    seen = view(env)
+    if not (seen.candidates and seen.summary_choices):
         raise ValueError("the summary probe needs an env made with candidates=True and summary_choices=True")
     oracle = OracleAgent(env, seed=seed)
     states: list[ProbeState] = []
-    for k, task in enumerate(unwrapped.tasks[:count]):
+    for k, task in enumerate(seen.tasks[:count]):
         obs, info = env.reset(seed=seed + k, options={"task_id": task.id, "max_steps": max_steps})
         oracle.reset()
         done = False

@@ -29,7 +29,7 @@ import torch
 
 from agents.base import Agent, RecordingAgent
 from agents.records import AgentStep, TrainSequence
-from envs.progress import progress_bar
+from envs.web.progress import progress_bar
 
 from algos.logprobs import SharedPrefix, micro_batches, sequence_logprobs
 from algos.rollout import Trajectory, session_sequences

@@ -36,7 +36,7 @@ from agents.llm import LLMAgent
 from agents.models import load_model
 from envs.pool import EnvPool, make_pool
 from envs.memory import peak_rss_mib
-from envs.progress import progress_bar
+from envs.web.progress import progress_bar
 from envs.prompts import EXAMPLE_EXCHANGE
 
 from algos import logs
@@ -168,7 +168,7 @@ def _warm_start(run: _Run, model: torch.nn.Module) -> None:
         summary["success_initial"] = evaluate(agent, eval_collector, config, "held-out (initial)")
     if config.bc_episodes > 0:
         started = time.time()
-        tasks = env.unwrapped.tasks
+        tasks = envs.view(env).tasks
         budget = {} if config.bc_max_steps is None else {"max_steps": config.bc_max_steps}
         requests = [Request(seed=config.seed * 100_003 + k, options={"task_id": tasks[k % len(tasks)].id, **budget})
                     for k in range(config.bc_episodes)]
@@ -277,7 +277,7 @@ def rl_iteration(config: TrainConfig, it: int, agent: LLMAgent, learner: PolicyG
     memory so far (``memory_peak_mib``); measuring changes no result.
     """
     times = PhaseTimes()
-    tasks = env.unwrapped.tasks
+    tasks = envs.view(env).tasks
     credit = credit_for(config)
     trajectories, groups, budgets = [], [], []
     rounds = config.dynamic_max_draws if config.dynamic_sampling else 1
@@ -312,13 +312,13 @@ def rl_iteration(config: TrainConfig, it: int, agent: LLMAgent, learner: PolicyG
         d = None
         if credit.phase is not None:
             with times.phase(credit.phase):
-                d = credit.contributions(group, collector, agent, env.unwrapped.task(group[0].task_id).answer, rng,
+                d = credit.contributions(group, collector, agent, envs.view(env).task(group[0].task_id).answer, rng,
                                          config.pg.device)
             contrib_abs.append(float(np.abs(np.concatenate(d)).mean()))
             contrib_positive += list(np.concatenate(d) > 0)
         advantage = credit.session_advantages(group, d)  # (trajectory, session id) -> A_s
         if group and group[0].transcript is not None:
-            question = env.unwrapped.task(group[0].task_id).question
+            question = envs.view(env).task(group[0].task_id).question
             logged += [logs.from_trajectory(t, question, "train", iteration=it, group=t.group, credit=c)
                        for t, c in zip(group, logs.credit_by_session(group, advantage, d, credit.columns(group, d),
                                                                      credit.name))]
@@ -407,7 +407,7 @@ def evaluate(agent: LLMAgent, collector: Collector, config: TrainConfig, label: 
     The agent's sampling generator is left as it was, so evaluating changes nothing that training samples
     (a finished run extended with ``resume`` continues as one that never stopped to evaluate).
     """
-    tasks = gym.make(config.env_id, **{**config.env_kwargs, "split": "test"}).unwrapped.tasks[:config.eval_tasks]
+    tasks = envs.view(gym.make(config.env_id, **{**config.env_kwargs, "split": "test"})).tasks[:config.eval_tasks]
     requests = [Request(seed=1_000_003 + k, options={"task_id": t.id})
                 for k, t in enumerate(tasks) for _ in range(config.eval_episodes)]
     budgets = config.eval_budgets or []

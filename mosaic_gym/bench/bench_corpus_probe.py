@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from envs.memory import peak_rss_mib
+from envs import view
 
 SEARCHES = 200
 
@@ -98,7 +99,7 @@ def probe(kind: str, corpus: str, n: int = 1) -> dict[str, Any]:
         for i in range(n):
             env = gym.make("mosaic/WebQA-v0", site=corpus, split="all")
             env.reset(seed=i)
-            env.step(f'search("{queries(env.unwrapped.site, 1, seed=i)[0]}")')
+            env.step(f'search("{queries(view(env).site, 1, seed=i)[0]}")')
             made.append(env)
             after.append(memory()["rss_mib"])
         return {"envs": n, "rss_mib_after_each": after,

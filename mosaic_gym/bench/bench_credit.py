@@ -82,7 +82,7 @@ class ContextOracle(Agent):
 
     def __init__(self, env: gym.Env, error_rate: float, seed: int):
         self.oracle = OracleAgent(env, error_rate=error_rate, seed=seed)
-        self.task = env.unwrapped.task  # as the env asks it
+        self.task = envs.view(env).task  # as the env asks it
         self.error_rate, self.seed = error_rate, seed
         self.session: dict[int, tuple[int, int]] = {}  # env index -> (episode seed, session id) it acts in
 
@@ -158,7 +158,7 @@ def summary_study(seed: int, algo: str, updates: int = 20, groups: int = 4, grou
     """
     make_env = lambda: gym.make(ENV_ID, **DEMO)  # noqa: E731
     env = make_env()
-    tasks = env.unwrapped.tasks
+    tasks = envs.view(env).tasks
     rng = np.random.default_rng(seed)
     collector = Collector(make_env, num_envs)
     logit, history = 0.0, []
@@ -199,7 +199,7 @@ def collect(seed: int, groups: int, group_size: int, error_rate: float, num_envs
     """``groups`` groups of ``group_size`` runs of the demo (one task each) by ``policy``, with env snapshots."""
     make_env = lambda: gym.make(ENV_ID, **DEMO)  # noqa: E731
     env = make_env()
-    tasks = env.unwrapped.tasks
+    tasks = envs.view(env).tasks
     rng = np.random.default_rng(seed)
     picked = rng.choice(len(tasks), size=groups, replace=len(tasks) < groups)
     requests = [Request(seed=int(rng.integers(2**31)), options={"task_id": tasks[t].id}, group=g)

@@ -205,14 +205,14 @@ def context_scaling(size: int, seed: int, window: int, block: int, repeat: int) 
         return observation, info
 
     observation, info = env.reset(seed=seed)
-    snapshots = [env.unwrapped.snapshot()]
+    snapshots = [envs.view(env).snapshot()]
     starts = [info["context_tokens"]]
     growth = take_block(snapshots[0], [float("inf")] * len(actions))[1]["context_tokens"] - starts[0]
     env.reset(options={"snapshot": snapshots[0]})
     for level in (window // 8, window // 4, window // 2, 3 * window // 4, window - growth - 4 * CHUNK_TOKENS):
         while info["context_tokens"] < level:
             observation, _, _, _, info = env.step(next(filler))
-        snapshots.append(env.unwrapped.snapshot())
+        snapshots.append(envs.view(env).snapshot())
         starts.append(info["context_tokens"])
     fastest = [[float("inf")] * len(actions) for _ in snapshots]
     ends = [0] * len(snapshots)

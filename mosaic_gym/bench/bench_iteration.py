@@ -94,7 +94,7 @@ def starting_policy(config: TrainConfig, env: gym.Env, bc_episodes: int) -> tupl
     model.eval()
     if bc_episodes > 0:
         agent = LLMAgent(model, tokenizer, mode=config.mode, seed=config.seed)
-        tasks = env.unwrapped.tasks
+        tasks = envs.view(env).tasks
         requests = [Request(seed=config.seed * 100_003 + k, options={"task_id": tasks[k % len(tasks)].id})
                     for k in range(bc_episodes)]
         collector = Collector(lambda: gym.make(config.env_id, **config.env_kwargs), config.num_envs)

@@ -93,7 +93,7 @@ def step_times(args: argparse.Namespace, backend: str, bare: "Bare | None" = Non
         start = time.perf_counter()
         _, info = env.reset(seed=seed)
         resets.append(time.perf_counter() - start)
-        task = env.unwrapped.task(info["task_id"])
+        task = envs.view(env).task(info["task_id"])
         for action in script(task):
             recorder.urls.clear()
             start = time.perf_counter()
@@ -105,7 +105,7 @@ def step_times(args: argparse.Namespace, backend: str, bare: "Bare | None" = Non
                 page_steps.append(elapsed)
                 if bare is not None:
                     settle(env.unwrapped.backend.page, env.unwrapped.backend.javascript)
-                    goto_s, set_s = bare.show(recorder.urls[-1], env.unwrapped.site.render(recorder.urls[-1]))
+                    goto_s, set_s = bare.show(recorder.urls[-1], envs.view(env).site.render(recorder.urls[-1]))
                     bare_goto.append(goto_s)
                     bare_set.append(set_s)
             if terminated or truncated or len(all_steps) >= args.steps:
@@ -186,7 +186,7 @@ def memory_per_env(args: argparse.Namespace) -> dict[str, Any]:
         while len(opened) < count:
             env = make_env(args, "playwright")
             _, info = env.reset(seed=len(opened))
-            for action in script(env.unwrapped.task(info["task_id"]))[:5]:
+            for action in script(envs.view(env).task(info["task_id"]))[:5]:
                 env.step(action)
             opened.append(env)
         time.sleep(0.5)  # let freshly started renderer processes settle before reading their memory

@@ -69,7 +69,7 @@ def start(envs_: list[gym.Env], seed: int, long_tokens: int | None) -> list[Any]
         _, info = env.reset(seed=seed + i)
         if long_tokens:
             fill_context(env, info, long_tokens)
-        snapshots.append(env.unwrapped.snapshot())
+        snapshots.append(envs.view(env).snapshot())
     return snapshots
 
 

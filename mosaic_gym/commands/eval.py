@@ -9,6 +9,7 @@ from typing import Any
 
 from algos.evaluate import PROTOCOLS, pass_at_kt
 from algos.logs import SUFFIX
+from envs import view
 from .common import (HelpFormatter, add_agent_args, add_env_args, add_scale_args, build_agent, int_list, make_env,
                      make_pool, quiet_progress)
 
@@ -99,7 +100,7 @@ def _run(args: argparse.Namespace) -> int:
     pool = None
     try:
         agent = build_agent(args, env)
-        task_ids = spread([task.id for task in env.unwrapped.tasks], args.tasks)
+        task_ids = spread([task.id for task in view(env).tasks], args.tasks)
         if args.ray:
             pool = make_pool(args, args.num_envs, **({"candidates": True} if args.candidates or args.mode == "choose"
                                                       else {}))

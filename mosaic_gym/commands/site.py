@@ -8,7 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
-from envs.progress import progress_bar
+from envs.web.progress import progress_bar
 from envs.web import load_site, server
 from envs.web.corpus import TASKS_FILE, page_file, write_tasks
 
