@@ -1,5 +1,6 @@
-"""ruff over the packages, tests, scripts and examples, with the rules in pyproject.toml ([tool.ruff]): the suite
-fails on an unused import, an undefined name or a syntax error anywhere, as a reviewer would."""
+"""ruff over the packages, tests, scripts and examples, and mypy over the packages, with the rules in pyproject.toml
+([tool.ruff], [tool.mypy]): the suite fails on an unused import, an undefined name, a syntax error or a type error, as a
+reviewer would."""
 
 from __future__ import annotations
 
@@ -35,3 +36,29 @@ def test_ruff_would_catch_an_unused_import(tmp_path):
     done = subprocess.run([*_ruff(), "check", "--no-cache", "--config", str(ROOT / "pyproject.toml"), str(bad)],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode != 0 and "F401" in done.stdout
+
+
+def _mypy() -> list[str]:
+    beside = Path(sys.executable).with_name("mypy")
+    if beside.exists():
+        return [str(beside)]
+    found = shutil.which("mypy")
+    if found is None:
+        pytest.fail("mypy is not installed: run the README's setup (it installs the dev extra, which holds mypy)")
+    return [found]
+
+
+def test_mypy_finds_nothing_in_the_packages():
+    """mypy over the four packages with the settings in pyproject.toml ([tool.mypy]): its list of modules whose
+    errors are not reported yet only shrinks; an error in any other module fails here."""
+    done = subprocess.run([*_mypy(), "envs", "agents", "algos", "mosaic_gym"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_mypy_would_catch_a_wrong_type(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f(x: int) -> str:\n    return x\n")
+    done = subprocess.run([*_mypy(), "--config-file", str(ROOT / "pyproject.toml"), str(bad)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and "return-value" in done.stdout
