@@ -13,15 +13,17 @@ small, safe HTML document that :func:`envs.web.browser.html_to_view` reads like 
   stay), ARIA navigation, banner, search, complementary and contentinfo regions, elements whose ``id`` or
   ``class`` names chrome (cookie, consent, menu, sidebar, breadcrumb, share, newsletter, advert, ...), and forms
   that hold no paragraph or heading. An element that holds the page's ``<h1>``, its ``<main>`` or an
-  ``<article>``, or much of its text, is never dropped as boilerplate: a page wrapped whole in a
-  ``<div class="menu-open">`` or an ASP.NET ``<form>`` keeps its text.
+  ``<article>`` is never dropped as boilerplate, nor one named so only by its id, class or being a form that
+  holds much of the page's text: a page wrapped whole in a ``<div class="menu-open">`` or an ASP.NET
+  ``<form>`` keeps its text.
 - **Main text:** the page's ``<main>`` (or ``role="main"``, or its only ``<article>``) when there is one that
   holds a fair share of the text; else the whole body less the boilerplate. The ``<h1>`` is shown first when
   the main region lacks it.
 - **Title:** the ``<h1>`` when the ``<title>`` is the ``<h1>`` plus a site name ("Edra Vane | Wiki"), else the
   ``<title>``, else the ``<h1>``, else ``og:title``; whitespace folded, cut to :data:`TITLE_CHARS`.
 - **Size:** at most :data:`MAX_HTML_CHARS` of a page are read (libxml2 drops a text or attribute past ten
-  million characters, and all that follows it); the cleaned page is never much longer than what was read.
+  million characters, and all that follows it); the cleaned page is never much longer than what was read. A
+  tag with thousands of attributes (libxml2's time grows with their square) loses them.
 
 :func:`decode_html` turns a page file's bytes into text: a byte order mark, else UTF-8 when the bytes are
 valid UTF-8, else the ``<meta charset>`` the page declares, else windows-1252 (as browsers do).
@@ -143,16 +145,16 @@ def clean_html(html: str) -> str:
     # Chrome is looked for only in the main region, and never in what holds the <h1>.
     keep = set() if h1 is None else {h1, *h1.iterancestors()}
     _ChromeFinder(drop, keep, _chars(main, drop)).visit(main)
-    out = [_HEAD, f"<title>{_escape(_choose_title(root, h1))}</title></head><body>"]
+    out = [_HEAD, f"<title>{_escape(_choose_title(root, h1, drop))}</title></head><body>"]
     if h1 is not None and main is not body and main not in keep:
-        out.append(f"<h1>{_escape(_folded(h1))}</h1>")
+        out.append(f"<h1>{_escape(_folded(h1, drop))}</h1>")
     _Writer(out, drop).write_children(main)
     out.append("</body></html>")
     return "".join(out)
 
 
 def _parse(html: str) -> lxml.etree._Element | None:
-    html = _CONTROL.sub(" ", html)
+    html = _LONG_TAG.sub(_tame_tag, _CONTROL.sub(" ", html))
     if not html.strip():
         return None
     try:
@@ -164,6 +166,16 @@ def _parse(html: str) -> lxml.etree._Element | None:
             return None
     except lxml.etree.XMLSyntaxError:
         return None
+
+
+# libxml2 takes time quadratic in the number of a tag's attributes (it checks each against the others): a tag
+# over 512 characters with more than 64 attributes loses them all. No real page has such a tag.
+_LONG_TAG = re.compile(r"<([A-Za-z][^\s<>/]*)([^<>]{512,})>")
+_MAX_ATTRIBUTES = 64
+
+
+def _tame_tag(match: re.Match) -> str:
+    return f"<{match.group(1)}>" if match.group(2).count("=") > _MAX_ATTRIBUTES else match.group(0)
 
 
 def _dropped(root: lxml.etree._Element) -> set[lxml.etree._Element]:
@@ -184,15 +196,19 @@ def _hidden(element: lxml.etree._Element) -> bool:
     return bool(style) and _HIDDEN_STYLE.search(style) is not None
 
 
-def _shown(element: lxml.etree._Element, drop: set) -> bool:
-    return element not in drop and not any(a in drop for a in element.iterancestors())
+def _shown(region: lxml.etree._Element, drop: set) -> list[lxml.etree._Element]:
+    """The elements inside ``region`` that are shown (not dropped, nor inside what is), in page order."""
+    shown, stack = [], list(reversed(region))
+    while stack:
+        element = stack.pop()
+        if isinstance(element.tag, str) and element not in drop:
+            shown.append(element)
+            stack.extend(reversed(element))
+    return shown
 
 
 def _first_h1(region: lxml.etree._Element, drop: set) -> lxml.etree._Element | None:
-    for element in region.iter("h1"):
-        if _shown(element, drop) and _folded(element):
-            return element
-    return None
+    return next((e for e in _shown(region, drop) if e.tag == "h1" and _folded(e, drop)), None)
 
 
 def _nonspace(text: str | None) -> int:
@@ -212,7 +228,7 @@ def _chars(element: lxml.etree._Element, drop: set) -> int:
 def _main_region(body: lxml.etree._Element, drop: set) -> lxml.etree._Element:
     """The page's ``<main>`` (or ``role="main"``, or its only outermost ``<article>``) when it holds a fair
     share of the text; else the body."""
-    shown = [e for e in body.iter() if isinstance(e.tag, str) and _shown(e, drop)]
+    shown = _shown(body, drop)
     candidates = [e for e in shown if e.tag == "main" or (e.get("role") or "").strip().lower() == "main"]
     articles = [e for e in shown if e.tag == "article" and not any(a.tag == "article" for a in e.iterancestors())]
     if len(articles) == 1:
@@ -229,8 +245,8 @@ def _main_region(body: lxml.etree._Element, drop: set) -> lxml.etree._Element:
 
 class _ChromeFinder:
     """Adds the navigation, banners, sidebars and the like of a region to ``drop`` (see the module docstring);
-    never an element in ``keep``, one that holds a ``<main>`` or ``<article>``, or one that holds more than
-    :data:`_CHROME_SHARE` of the region's text."""
+    never an element in ``keep`` or one that holds a ``<main>`` or ``<article>``, and never by its id, class or
+    being a form one that holds more than :data:`_CHROME_SHARE` of the region's text."""
 
     def __init__(self, drop: set, keep: set, region_chars: int):
         self.drop, self.keep, self.limit = drop, keep, _CHROME_SHARE * region_chars
@@ -247,32 +263,46 @@ class _ChromeFinder:
     def is_chrome(self, element: lxml.etree._Element) -> bool:
         tag = element.tag
         role = (element.get("role") or "").strip().lower()
+        named = False  # chrome by its tag or role (sure), or by its id, class or being a form (a guess)
         if tag in _CHROME or role in _CHROME_ROLES:
             chrome = True
         elif tag in _PAGE_CHROME:
             chrome = not any(a.tag in _SECTIONING for a in element.iterancestors())
         elif tag == "form":
-            chrome = element.find(".//p") is None and next(element.iter(*_HEADINGS), None) is None
+            chrome = named = element.find(".//p") is None and next(element.iter(*_HEADINGS), None) is None
         else:
             words = f"{element.get('id') or ''} {element.get('class') or ''}"
-            chrome = any(w.lower() in _CHROME_WORDS for w in _WORD.findall(words))
+            chrome = named = any(w.lower() in _CHROME_WORDS for w in _WORD.findall(words))
         if not chrome or next(element.iter("main", "article"), None) is not None:
             return False
-        return _chars(element, self.drop) <= self.limit
+        return not named or _chars(element, self.drop) <= self.limit
 
 
 _HEADINGS = ("h1", "h2", "h3", "h4", "h5", "h6")
 
 
-def _folded(element: lxml.etree._Element) -> str:
-    return " ".join("".join(element.itertext()).split())
+def _folded(element: lxml.etree._Element, drop: set = frozenset()) -> str:
+    """The text ``element`` shows (not that of dropped elements inside it), whitespace folded."""
+    pieces: list[str] = []
+    _text_pieces(element, drop, pieces)
+    return " ".join("".join(pieces).split())
 
 
-def _choose_title(root: lxml.etree._Element, h1: lxml.etree._Element | None) -> str:
+def _text_pieces(element: lxml.etree._Element, drop: set, pieces: list[str]) -> None:
+    if element.text:
+        pieces.append(element.text)
+    for child in element:
+        if isinstance(child.tag, str) and child not in drop:
+            _text_pieces(child, drop, pieces)
+        if child.tail:
+            pieces.append(child.tail)
+
+
+def _choose_title(root: lxml.etree._Element, h1: lxml.etree._Element | None, drop: set) -> str:
     titles = (t for t in root.iter("title") if not any(a.tag == "svg" for a in t.iterancestors()))
     title_element = next(titles, None)
     title = "" if title_element is None else _folded(title_element)
-    heading = "" if h1 is None else _folded(h1)
+    heading = "" if h1 is None else _folded(h1, drop)
     if title and heading and title != heading:
         parts = [p.strip() for p in _TITLE_SEPARATORS.split(title)]
         if heading.casefold() in (p.casefold() for p in parts):  # "Edra Vane | Wiki": the <h1> without the site

@@ -45,7 +45,9 @@ class MessyPage:
 
     @property
     def path(self) -> str:
-        return "/" + self.file.removesuffix(".html")
+        """Where a corpus folder serves it (``a/index.html`` at ``/a/``)."""
+        stem = self.file.removesuffix(".html")
+        return "/" + (stem.removesuffix("index") if stem.endswith("/index") else stem)
 
 
 def _page(file: str, html: str, title: str, main: tuple[str, ...], chrome: tuple[str, ...] = (),
