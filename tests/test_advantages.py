@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import doctest
 import math
 
 import numpy as np
@@ -10,7 +9,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import algos.credit.advantages
 from algos.credit.advantages import (
     broadcast,
     compaction_chain_contributions,
@@ -238,7 +236,3 @@ def test_estimators_do_not_modify_their_inputs():
 def test_bad_input_raises_a_value_error_naming_the_argument(call, named):
     with pytest.raises(ValueError, match=named):
         call()
-
-
-def test_docstring_examples_run():
-    assert doctest.testmod(algos.credit.advantages).failed == 0

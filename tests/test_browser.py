@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import doctest
 from pathlib import Path
 
 import pytest
 
 from envs.web.tokens import approx_tokens
-from envs.web import browser
 from envs.web.browser import CHUNK_TOKENS, Link, html_text, html_title, html_to_view
 
 FIXTURE = Path(__file__).parent / "fixtures" / "corpus_html"
@@ -150,7 +148,3 @@ def test_text_survives_chunking(tokens):
     assert "\n".join(html_to_view(html, "/wiki/Tarvel_Observatory", chunk_tokens=tokens).chunks).replace(
         "\n", " "
     ) == one[0].replace("\n", " ")
-
-
-def test_docstring_examples_run():
-    assert doctest.testmod(browser).failed == 0

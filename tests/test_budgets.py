@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import doctest
 import math
 from collections import Counter
 
 import numpy as np
 import pytest
 
-import algos.learn.budgets
 from algos.learn.budgets import (
     BudgetSampler,
     FixedBudget,
@@ -134,7 +132,3 @@ def test_parse_budgets_rejects_malformed_specs_naming_the_accepted_forms(spec):
     with pytest.raises(ValueError, match="accepted forms") as error:
         parse_budgets(spec)
     assert "log:4-64" in str(error.value) and "schedule:0=8,100=16" in str(error.value)
-
-
-def test_docstring_examples_run():
-    assert doctest.testmod(algos.learn.budgets).failed == 0

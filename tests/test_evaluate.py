@@ -6,7 +6,6 @@ The estimator itself is tested in ``test_pass_at_k.py``; these tests run agents 
 from __future__ import annotations
 
 import csv
-import doctest
 import json
 import os
 
@@ -15,7 +14,6 @@ import numpy as np
 import pytest
 from matplotlib.image import imread
 
-import mosaic_gym.commands.eval
 from agents import OracleAgent, RandomAgent
 from mosaic_gym.cli import main
 from algos.evaluate import pass_at_kt
@@ -177,7 +175,3 @@ def test_mosaic_eval_random_agent_rerun_and_a_k_above_n(tmp_path, capsys):
     assert record["protocol"] == "rerun" and sorted({s["budget"] for s in record["samples"]}) == [2, 4]
     assert main(["eval", "--site-size", str(SITE_SIZE), "--ks", "1,4", "--n", "2", "--out", str(tmp_path)]) == 2
     assert "K=4 is more than the n=2 samples" in capsys.readouterr().err
-
-
-def test_docstring_examples_run():
-    assert doctest.testmod(mosaic_gym.commands.eval).failed == 0

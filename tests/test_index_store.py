@@ -183,12 +183,6 @@ def test_vocabulary_finds_every_term_and_nothing_else():
     assert [vocab.lookup(w) for w in ("", "aa", "zzz", "c")] == [None] * 4
 
 
-def test_docstring_examples_run():
-    import doctest
-
-    assert doctest.testmod(bm25).failed == 0
-
-
 def test_processes_started_together_agree_and_leave_one_clean_index(tmp_path):
     """Three processes load a corpus with no index at once: one builds under the lock, the others map its
     index; all rank alike, and none warns (no half-written index is ever read)."""

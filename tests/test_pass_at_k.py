@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import doctest
 import itertools
 import math
 from fractions import Fraction
@@ -12,7 +11,6 @@ import numpy as np
 import pytest
 from matplotlib.image import imread
 
-import algos.evaluate
 from algos.evaluate import pass_at_k, pass_at_kt_table, plot_heatmap, table_markdown, write_table_csv
 
 
@@ -142,7 +140,3 @@ def test_heatmap_grows_with_the_table_by_default(tmp_path):
     small = imread(plot_heatmap(tmp_path / "s.png", np.zeros((2, 2)), [1, 2], [1, 2]))
     large = imread(plot_heatmap(tmp_path / "l.png", np.zeros((4, 6)), [1, 2, 3, 4], [1, 2, 3, 4, 5, 6]))
     assert large.shape[0] > small.shape[0] and large.shape[1] > small.shape[1]
-
-
-def test_docstring_examples_run():
-    assert doctest.testmod(algos.evaluate).failed == 0

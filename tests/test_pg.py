@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import doctest
 
 import gymnasium as gym
 import numpy as np
@@ -397,11 +396,6 @@ def test_first_ratio_is_one_on_real_rollouts(env_tokenizer, choose_rollouts, mod
     stats = PolicyGradient(model, PGConfig(lr=0.0)).update(seqs)
     assert abs(stats["approx_kl"]) < 1e-4 and stats["clip_fraction"] == 0.0
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # (the shared model is unchanged)
-
-
-def test_docstring_examples_run():
-    assert doctest.testmod(algos.learn.pg).failed == 0
-
 
 
 # Choose mode: the unit is the choice among the candidates ----------------------------------------------------------

@@ -6,7 +6,6 @@ No test here skips: without Chromium (``sudo apt-get install -y chromium``) they
 
 from __future__ import annotations
 
-import doctest
 import os
 import random
 import signal
@@ -19,7 +18,6 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import envs  # noqa: F401  (registers the environments)
-from envs import playwright_backend
 from agents import RandomAgent
 from helpers import SITE_SIZE, record_stream
 from envs.actions import format_action
@@ -274,7 +272,3 @@ def test_async_vector_env_runs_one_browser_per_worker():
     finally:
         vec.close()
     assert wait_until(lambda: all_gone(chromium)), [pid for pid in chromium if not all_gone([pid])]
-
-
-def test_docstring_examples_run():
-    assert doctest.testmod(playwright_backend).failed == 0

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import doctest
 import threading
 
 import pytest
 
-from envs.web import Document, SearchResult, search
+from envs.web import Document, SearchResult
 from envs.web.search import SNIPPET_WORDS, SearchIndex, snippet, terms
 
 DOCS = [
@@ -106,7 +105,3 @@ def test_snippet_prefers_query_terms_beyond_the_title_and_cuts_long_sentences():
     assert "needle" in cut and cut.startswith("… ") and cut.endswith(" …")
     assert len(cut.split()) == SNIPPET_WORDS + 2
     assert snippet("No match here at all today. Second one.", {"zzz"}) == "No match here at all today."
-
-
-def test_docstring_examples_run():
-    assert doctest.testmod(search).failed == 0

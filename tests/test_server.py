@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import doctest
 import http.client
 import os
 import shutil
@@ -12,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from envs.web import server as server_module
 from envs.web.server import serve
 
 FIXTURE = Path(__file__).parent / "fixtures" / "corpus_html"
@@ -140,11 +138,6 @@ def test_other_hosts_are_refused():
 def test_localhost_and_context_manager():
     with serve(FIXTURE, host="localhost") as running:
         assert get(running, "/wiki/Vell")[0] == 200
-
-
-def test_docstring_examples_run(monkeypatch):
-    monkeypatch.chdir(Path(__file__).parent.parent)  # the examples name the fixture corpora from the repo root
-    assert doctest.testmod(server_module).failed == 0
 
 
 # Every spelling of the answers file, and data, backup and hidden files: an allow-list refuses them all.

@@ -214,12 +214,6 @@ def test_checkpoint_survives_a_crash_while_it_is_being_replaced(tmp_path, monkey
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.pt"]  # no temporary file left behind
 
 
-def test_docstring_examples_run():
-    import doctest
-
-    assert doctest.testmod(algos.learn.train).failed == 0
-
-
 def test_train_command_without_arguments_is_the_embedded_default():
     from mosaic_gym.cli import build_parser
     from mosaic_gym.commands.train import config_from_args
@@ -278,4 +272,3 @@ def test_eval_tasks_below_one_is_refused_naming_it():
         with pytest.raises(ValueError, match=f"eval_tasks={bad!r}: give how many test tasks"):
             TrainConfig(eval_tasks=bad)
     assert TrainConfig(eval_tasks=2).eval_tasks == 2 and TrainConfig().eval_tasks is None
-
