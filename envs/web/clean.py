@@ -40,6 +40,7 @@ from __future__ import annotations
 import codecs
 import html as html_lib
 import re
+from typing import AbstractSet
 
 import lxml.etree
 
@@ -281,14 +282,14 @@ class _ChromeFinder:
 _HEADINGS = ("h1", "h2", "h3", "h4", "h5", "h6")
 
 
-def _folded(element: lxml.etree._Element, drop: set = frozenset()) -> str:
+def _folded(element: lxml.etree._Element, drop: AbstractSet[lxml.etree._Element] = frozenset()) -> str:
     """The text ``element`` shows (not that of dropped elements inside it), whitespace folded."""
     pieces: list[str] = []
     _text_pieces(element, drop, pieces)
     return " ".join("".join(pieces).split())
 
 
-def _text_pieces(element: lxml.etree._Element, drop: set, pieces: list[str]) -> None:
+def _text_pieces(element: lxml.etree._Element, drop: AbstractSet[lxml.etree._Element], pieces: list[str]) -> None:
     if element.text:
         pieces.append(element.text)
     for child in element:

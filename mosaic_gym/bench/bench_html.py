@@ -15,7 +15,8 @@ process on the same pages:
 
 Quality, over the pages of :mod:`mosaic_gym.bench.messy_pages` (each says what a reader of it should get):
 titles right, main-text phrases shown, boilerplate and script phrases leaked, links found and links that should
-not be there. Speed: milliseconds per page, best of three runs over every messy page, and over pages of the
+not be there; and which of four pages that do not declare their encoding (windows-1252, Shift JIS, KOI8-R, GBK)
+read right. Speed: milliseconds per page, best of three runs over every messy page, and over pages of the
 builtin site (clean pages: what the cleaning costs where there is nothing to clean), each beside ``before``.
 
 Usage:
@@ -70,6 +71,8 @@ def bs4_clean(data: bytes) -> str:
     soup = BeautifulSoup(data[: clean.MAX_HTML_CHARS], "lxml")
     title_element = next((t for t in soup.find_all("title") if t.find_parent("svg") is None), None)
     title = "" if title_element is None else " ".join(title_element.get_text().split())
+    og = soup.find("meta", attrs={"property": "og:title"}) or soup.find("meta", attrs={"name": "og:title"})
+    og_title = " ".join(str(og.get("content") or "").split()) if og is not None else ""
     for element in soup.find_all(lambda t: t.name in clean._DROP or _bs4_hidden(t)):
         if not element.decomposed:
             element.decompose()
@@ -88,7 +91,7 @@ def bs4_clean(data: bytes) -> str:
                 child.decompose()
             else:
                 stack.append(child)
-    title = _bs4_title(soup, title, h1)
+    title = _bs4_title(title, og_title, h1)
     out = [clean._HEAD, f"<title>{html_lib.escape(title, quote=False)}</title></head><body>"]
     if h1 is not None and main is not body and id(main) not in keep:
         out.append(f"<h1>{html_lib.escape(' '.join(h1.get_text().split()), quote=False)}</h1>")
@@ -140,16 +143,14 @@ def _bs4_chrome(tag: Any) -> bool:
     return chrome and tag.find(["main", "article"]) is None
 
 
-def _bs4_title(soup: Any, title: str, h1: Any) -> str:
+def _bs4_title(title: str, og_title: str, h1: Any) -> str:
     heading = "" if h1 is None else " ".join(h1.get_text().split())
     if title and heading and title != heading:
         if heading.casefold() in (p.strip().casefold() for p in clean._TITLE_SEPARATORS.split(title)):
             title = heading
     if not title:
         title = heading
-    if not title:
-        meta = soup.find("meta", attrs={"property": "og:title"}) or soup.find("meta", attrs={"name": "og:title"})
-        title = " ".join(str(meta.get("content") or "").split()) if meta is not None else ""
+    title = title or og_title
     return title if len(title) <= clean.TITLE_CHARS else title[: clean.TITLE_CHARS - 3].rstrip() + "..."
 
 
@@ -196,7 +197,7 @@ def quality(method: Callable[[bytes], str], pages: tuple[MessyPage, ...] = PAGES
     for page in pages:
         title, text, urls = read(method(page.data), page.path)
         missed = {
-            "title": None if title == page.title else title[:80],
+            "title": None if title == page.title else repr(title[:80]),
             "main": [m for m in page.main if m not in text],
             "leaked": [c for c in page.chrome if c in text],
             "links": [u for u in page.links if u not in urls],
@@ -215,6 +216,21 @@ def quality(method: Callable[[bytes], str], pages: tuple[MessyPage, ...] = PAGES
         if wrong:
             misses[page.file] = wrong
     return {**counts, "misses": misses}
+
+
+#: Pages that do not say their encoding (no byte order mark, no ``<meta charset>``), with the sentence each holds.
+UNDECLARED = {
+    "windows-1252": "Unsere Spezialität: Apfelstrudel für 4,50 € – naïve Gäste.",
+    "shift_jis": "東京都の天気は晴れです。明日は雨が降るでしょう。",
+    "koi8-r": "Привет, как дела? Сегодня хорошая погода.",
+    "gbk": "今天天气很好，我们去公园散步吧。",
+}
+
+
+def undeclared(method: Callable[[bytes], str]) -> dict[str, bool]:
+    """Whether ``method`` reads each :data:`UNDECLARED` page's sentence right."""
+    return {encoding: sentence in html_text(method(f"<html><body><p>{sentence}</p></body></html>".encode(encoding)))
+            for encoding, sentence in UNDECLARED.items()}
 
 
 def speed(method: Callable[[bytes], str], pages: list[tuple[bytes, str]], repeat: int) -> float:
@@ -254,6 +270,7 @@ def run(settings: str = "full") -> dict[str, Any]:
     for name, method in methods.items():
         result["methods"][name] = {
             "quality": quality(method),
+            "undeclared_encodings_read": undeclared(method),
             "messy_ms_per_page": speed(method, messy, config["repeat"]),
             # The page with the 3 MB attribute alone, and the rest without it: one page is most of the time.
             "messy_ms_per_page_without_huge": speed(method, [m for m in messy if len(m[0]) < 1_000_000],
