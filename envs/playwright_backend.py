@@ -223,13 +223,13 @@ def _browser(executable: str) -> Browser:
     if shared.browser is not None and shared.browser.is_connected() and _alive(shared.driver_pid):
         return shared.browser
     _close_browser()
-    shared_playwright()
+    playwright = shared_playwright()
     # Chromium's own temporary files (its singleton socket and cookie) in a folder of this browser's, removed
     # when the browser is closed or replaced: a Chromium killed mid-way cannot remove them itself.
     shared.tmpdir = tempfile.mkdtemp(prefix="mosaic-chromium-")
     try:
         with _Deadline.paused():
-            shared.browser = shared.playwright.chromium.launch(
+            shared.browser = playwright.chromium.launch(
                 executable_path=executable, headless=True, args=list(CHROMIUM_ARGS),
                 ignore_default_args=list(CHROMIUM_DEFAULT_ARGS_DROPPED), timeout=LAUNCH_TIMEOUT_S * 1000,
                 env={**os.environ, "TMPDIR": shared.tmpdir},

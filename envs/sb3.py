@@ -139,7 +139,8 @@ class CandidateActions(gym.Wrapper[np.ndarray, np.int64, str, str], gym.utils.Re
     def step(self, action: int | np.integer):
         index = int(action)
         text = self.candidates[index] if 0 <= index < len(self.candidates) else INVALID_ACTION
-        _, reward, terminated, truncated, info = self.env.step(text)
+        # gymnasium types a wrapper's self.env with the wrapper's own action type (int64); the inner env takes text.
+        _, reward, terminated, truncated, info = self.env.step(text)  # type: ignore[arg-type]
         info["action_text"] = text
         return self._observe(info), reward, terminated, truncated, info
 

@@ -54,7 +54,7 @@ class AnyText(Text):
         return isinstance(x, str)
 
     def sample(self, mask: Any = None, probability: Any = None) -> str:
-        pieces = []
+        pieces: list[str] = []
         length = int(self.np_random.integers(0, min(self.max_length, self.sample_length) + 1))
         while sum(map(len, pieces)) < length:
             if self.np_random.random() < 0.2:

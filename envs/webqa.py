@@ -325,7 +325,7 @@ class WebQAEnv(gym.Env[str, str]):
         """A picklable copy of the episode so far; ``reset(options={"snapshot": s})`` resumes from it."""
         if self.state is None:
             raise RuntimeError("call reset() before snapshot()")
-        return Snapshot(self.state.copy(), copy.deepcopy(self.np_random.bit_generator.state))
+        return Snapshot(self.state.copy(), copy.deepcopy(dict(self.np_random.bit_generator.state)))
 
     def trajectory(self) -> dict[str, Any]:
         """Success, answers and the session tree of the episode so far."""

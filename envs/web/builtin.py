@@ -67,7 +67,7 @@ class BuiltinSite(Site):
     # --- pages -----------------------------------------------------------------------------------------
     def documents(self) -> Iterator[Document]:
         for path in self.pages.paths:
-            page = self.pages.build(path)
+            page = self.pages.page(path)
             yield Document(path, page.title, page.text())
 
     def page_html(self, path: str) -> str | None:

@@ -149,7 +149,7 @@ def birth_category(person: Entity) -> str:
 
 
 def organisation_category(world: World, org: Entity) -> str:
-    city = world.target(org, "city")
+    city = world.linked(org, "city")
     return f"{ORGANISATION_KINDS[org.category][0]} in {city.name}"
 
 
@@ -535,6 +535,13 @@ class Pages:
             return _home_page(self.categories)
         return None
 
+    def page(self, path: str) -> Page:
+        """The page at ``path``, for a path that must have one (one of :attr:`paths`); a KeyError otherwise."""
+        page = self.build(path)
+        if page is None:
+            raise KeyError(f"no page at {path!r}")
+        return page
+
 
 # --- templates -------------------------------------------------------------------------------------------------
 # Fact sentences state exactly one value ({v}) about the subject ({S}/{s}, possessive {P}/{p}).
@@ -652,19 +659,19 @@ _FILLER = {
         "{source} disagree about what {s} achieved in {topic}.",
     ),
 }
-_ADJECTIVES = (
+_ADJECTIVES: tuple[str, ...] = (
     "meticulous", "restless", "reserved", "generous", "demanding", "patient", "stubborn", "cautious",
     "ambitious", "modest", "sociable", "exacting", "uneven", "lively", "tense", "measured", "cordial", "austere",
 )
-_TIMES = ("In these years", "Around this time", "Later", "For a while", "At first", "Over the following decade",
+_TIMES: tuple[str, ...] = ("In these years", "Around this time", "Later", "For a while", "At first", "Over the following decade",
           "In the same period", "Soon afterwards", "Throughout this phase", "By then")
-_SOURCES = ("Contemporary accounts", "Surviving letters", "Later biographers", "Local chronicles",
+_SOURCES: tuple[str, ...] = ("Contemporary accounts", "Surviving letters", "Later biographers", "Local chronicles",
             "Official records", "Memoirs of the period", "Several reviewers", "Modern scholars")
-_ASPECTS = ("the exact sequence of events", "the motives involved", "the scale of the undertaking",
+_ASPECTS: tuple[str, ...] = ("the exact sequence of events", "the motives involved", "the scale of the undertaking",
             "the role of chance", "the precise dates", "the influence of rivals", "the cost of the work",
             "the degree of public interest")
-_STATES = ("incomplete", "patchy", "contradictory", "scattered", "fragmentary", "sparse")
-_TOPICS = {
+_STATES: tuple[str, ...] = ("incomplete", "patchy", "contradictory", "scattered", "fragmentary", "sparse")
+_TOPICS: dict[str, tuple[str, ...]] = {
     PERSON: ("questions of method", "the training of apprentices", "the keeping of accurate records",
              "public lectures", "travel and correspondence", "patronage and its obligations",
              "the revision of earlier drafts", "disputes over priority", "the care of instruments",

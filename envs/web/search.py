@@ -107,7 +107,7 @@ class SearchIndex:
             self._cache.clear()
 
     def _search(self, query: str, k: int) -> list[SearchResult]:
-        if self._bm25 is None or k <= 0:
+        if self._bm25 is None or self._vocab is None or k <= 0:  # both or neither: an empty corpus
             return []
         query_terms = sorted(set(terms(query)))
         ids = [i for i in map(self._vocab.lookup, query_terms) if i is not None]
@@ -168,7 +168,8 @@ def _matching_sentences(text: str, wanted: set[str]) -> Iterator[tuple[str, set[
     if len(lowered) != len(text):  # a few characters lowercase to two; keep offsets aligned
         lowered = "".join(c if len(c.lower()) != 1 else c.lower() for c in text)
     hits = sorted((pos, term) for term in wanted for pos in _word_positions(lowered, term))
-    start, end, found = 0, 0, set()
+    start, end = 0, 0
+    found: set[str] = set()
     for pos, term in hits:
         if pos >= end:
             if found:

@@ -276,7 +276,7 @@ class _TaskGenerator:
         total = 0
         for e, k in zip(entities, keys):
             if e.path not in self._text:
-                self._text[e.path] = self.pages.build(e.path).text()
+                self._text[e.path] = self.pages.page(e.path).text()
             text = self._text[e.path]
             end = text.find("\n", text.find(self.value(e, k)))
             total += approx_tokens(text[: end if end >= 0 else len(text)])
@@ -406,12 +406,12 @@ class _TaskGenerator:
         checks: dict[int, tuple[list[str], list[tuple[str, str]]]] = {}
         for c in chosen:
             if c.elsewhere:
-                target, keys, shallow = c.elsewhere
+                target, facts, shown = c.elsewhere
                 checks.setdefault(target.id, ([], []))
-                checks[target.id][0].extend(keys)
-                checks[target.id][1].extend(shallow)
-        for target_id, (keys, shallow) in checks.items():
-            steps += self.visit(self.world.entities[target_id], keys, shallow)
+                checks[target.id][0].extend(facts)
+                checks[target.id][1].extend(shown)
+        for target_id, (facts_there, shown_there) in checks.items():
+            steps += self.visit(self.world.entities[target_id], facts_there, shown_there)
         task = Task(
             id="", question=question, answer=person.name, aliases=self.aliases(person), family="inverted",
             hops=hops, split=person.split, answer_kind=PERSON, gold_path=tuple(steps),
@@ -426,31 +426,44 @@ class _TaskGenerator:
         out = []
         for key in ("born", "died"):
             decade = p.years[key] // 10 * 10
-            out.append(_Constraint(key, f"in the {decade}s", (key,),
-                                   lambda c, key=key, decade=decade: c.years[key] // 10 * 10 == decade))
-        city = world.target(p, "birthplace")
+
+            def in_decade(c: Entity, key: str = key, decade: int = decade) -> bool:
+                return c.years[key] // 10 * 10 == decade
+
+            out.append(_Constraint(key, f"in the {decade}s", (key,), in_decade))
+        city = world.linked(p, "birthplace")
         coast = "coastal" if city.coastal else "inland"
+
+        def same_coast(c: Entity, flag: bool = city.coastal) -> bool:
+            return world.linked(c, "birthplace").coastal == flag
+
+        def same_region(c: Entity, region: str = city.region) -> bool:
+            return world.linked(c, "birthplace").region == region
+
         out.append(_Constraint(
-            "coast", f"{indefinite(coast)} {coast} city", ("birthplace",),
-            lambda c, flag=city.coastal: world.target(c, "birthplace").coastal == flag,
+            "coast", f"{indefinite(coast)} {coast} city", ("birthplace",), same_coast,
             (city, (), ((f"{coast} city", f"{city.name} is {indefinite(coast)} {coast} city."),))))
         out.append(_Constraint(
-            "region", f"the {city.region} region", ("birthplace",),
-            lambda c, region=city.region: world.target(c, "birthplace").region == region,
+            "region", f"the {city.region} region", ("birthplace",), same_region,
             (city, (), ((city.region, f"{city.name} lies in the region of {city.region}."),))))
         teacher = world.target(p, "teacher")
         if teacher is not None:
             occ = teacher.category
+
+            def teacher_is(c: Entity, occ: str = occ) -> bool:
+                return "teacher" in c.links and world.linked(c, "teacher").category == occ
+
             out.append(_Constraint(
-                "teacher", f"{indefinite(occ)} {occ}", ("teacher",),
-                lambda c, occ=occ: "teacher" in c.links and world.target(c, "teacher").category == occ,
+                "teacher", f"{indefinite(occ)} {occ}", ("teacher",), teacher_is,
                 (teacher, (), ((occ, f"{teacher.title} was {indefinite(occ)} {occ}."),))))
         employer = world.target(p, "employer")
         if employer is not None:
             kind = employer.category
-            out.append(_Constraint(
-                "employer", f"{indefinite(kind)} {kind}", ("employer",),
-                lambda c, kind=kind: "employer" in c.links and world.target(c, "employer").category == kind))
+
+            def employer_is(c: Entity, kind: str = kind) -> bool:
+                return "employer" in c.links and world.linked(c, "employer").category == kind
+
+            out.append(_Constraint("employer", f"{indefinite(kind)} {kind}", ("employer",), employer_is))
             founded = employer.years["founded"]
             after = rng.random() < 0.5
             if after:
@@ -461,7 +474,7 @@ class _TaskGenerator:
             def holds(c: Entity, bound: int = bound, after: bool = after) -> bool:
                 if "employer" not in c.links:
                     return False
-                year = world.target(c, "employer").years["founded"]
+                year = world.linked(c, "employer").years["founded"]
                 return year > bound if after else year < bound
 
             out.append(_Constraint(

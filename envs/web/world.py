@@ -262,6 +262,13 @@ class World:
         i = entity.links.get(relation)
         return None if i is None else self.entities[i]
 
+    def linked(self, entity: Entity, relation: str) -> Entity:
+        """What ``relation`` of ``entity`` points to, for a relation it must have; a KeyError when it has none."""
+        i = entity.links.get(relation)
+        if i is None:
+            raise KeyError(f"{entity.title!r} has no {relation!r} link")
+        return self.entities[i]
+
     # --- generation -----------------------------------------------------------------------------------
     @staticmethod
     def _counts(size: int) -> dict[str, int]:
@@ -436,7 +443,7 @@ class World:
                     relations = sorted(r for r in RELATIONS[walk[-1].kind] if r in walk[-1].links)
                     if not relations:
                         break
-                    walk.append(self.target(walk[-1], rng.choice(relations)))
+                    walk.append(self.linked(walk[-1], rng.choice(relations)))
                 if len(walk) >= 2 and walk[-1].split == want:
                     break
             for e in walk:
