@@ -60,7 +60,8 @@ class SiteServer(http.server.ThreadingHTTPServer):
                 f"refusing to serve on {host!r}: the site server binds to 127.0.0.1 only, so that nothing "
                 "beyond this machine can read the corpus. Use host='127.0.0.1' (or 'localhost')."
             )
-        self.site: CorpusSite = load_corpus(folder)
+        # Pages as written (with the assets they need), not cut down for an agent: a person reads them here.
+        self.site: CorpusSite = load_corpus(folder, clean=False)
         root = self.root = Path(folder).resolve()
         self.files = {"/" + name: root / name for name in iter_files(root) if is_asset(root / name)}
         # Build the search index now, not on the first request, where two threads could both build it.
