@@ -429,8 +429,14 @@ def pass_at_kt(
                          f"samples): draw n >= {k_axis[-1]}, or drop every K above {n}")
     if num_envs < 1:
         raise ValueError(f"num_envs must be at least 1, got {num_envs}")
-    given = isinstance(env_fn_or_env, gym.Env)
-    first = env_fn_or_env if given else env_fn_or_env()
+    more: Callable[[], gym.Env] | None
+    if isinstance(env_fn_or_env, gym.Env):
+        first = env_fn_or_env
+        spec = first.spec
+        more = (lambda: gym.make(spec)) if spec is not None else None
+    else:
+        first = env_fn_or_env()
+        more = env_fn_or_env
     task_ids = [t.id for t in view(first).tasks] if tasks is None else [str(t) for t in tasks]
     if not task_ids:
         raise ValueError("tasks is empty: give at least one task id (or None for every task of the env)")
@@ -438,11 +444,16 @@ def pass_at_kt(
         raise ValueError(f"tasks holds repeated ids: {sorted({t for t in task_ids if task_ids.count(t) > 1})}")
     for task_id in task_ids:
         view(first).task(task_id)  # an unknown id fails here, naming the known ones, not mid-run
-    more: Callable[[], gym.Env] | None = env_fn_or_env
-    if given:
-        more = (lambda: gym.make(first.spec)) if first.spec is not None else None
     unused = [first]
-    collector = Collector(lambda: unused.pop() if unused else more(), num_envs if more is not None else 1, pool=pool)
+
+    def make_env() -> gym.Env:
+        if unused:
+            return unused.pop()
+        if more is None:
+            raise RuntimeError("pass_at_kt: an env without a spec runs alone; no second env can be made from it")
+        return more()
+
+    collector = Collector(make_env, num_envs if more is not None else 1, pool=pool)
 
     budgets = [t_axis[-1]] if protocol == "truncate" else t_axis
     keys = [(budget, i, task_id, j) for budget in budgets for i, task_id in enumerate(task_ids) for j in range(n)]
@@ -450,16 +461,19 @@ def pass_at_kt(
                         transcript=log_to is not None)
                 for budget, i, task_id, j in keys]
     log = logs.TrajectoryLog(log_to) if log_to is not None else None
+    on_done: Callable[[int, Trajectory], None] | None = None
+    if log is not None:
+        def write(r: int, traj: Trajectory) -> None:  # as each run ends; its transcript is not kept after
+            budget, i, task_id, j = keys[r]
+            log.write(logs.from_trajectory(traj, view(first).task(task_id).question, "eval", group=i,
+                                           meta={"sample": j, "seed": requests[r].seed, "protocol": protocol}))
+            traj.transcript = None
 
-    def write(r: int, traj: Trajectory) -> None:  # as each run ends; its transcript is not kept after
-        budget, i, task_id, j = keys[r]
-        log.write(logs.from_trajectory(traj, view(first).task(task_id).question, "eval", group=i,
-                                       meta={"sample": j, "seed": requests[r].seed, "protocol": protocol}))
-        traj.transcript = None
+        on_done = write
 
     try:
         trajectories = collector.run(agent, requests, progress=f"Pass@(K,T) {protocol}" if progress else None,
-                                     on_done=write if log is not None else None)
+                                     on_done=on_done)
     finally:
         if log is not None:
             log.close()
