@@ -51,6 +51,8 @@ def messy_corpus(tmp_path_factory):
     for page in PAGES:
         (folder / page.file).parent.mkdir(parents=True, exist_ok=True)
         (folder / page.file).write_bytes(page.data)
+    (folder / "tasks.jsonl").write_text('{"id": "t1", "question": "When was the Vell lighthouse lit?", '
+                                        '"answer": "1867"}\n')
     return folder
 
 
@@ -205,3 +207,27 @@ def test_pathological_pages_stay_bounded():
         assert len(cleaned) <= 5 * len(html) + 200
     assert "after many attributes" in html_text(clean_html(attributes))
     assert "aaaaaaaaaa" not in clean_html(laughs)  # entities the page declares are not expanded
+
+
+@pytest.mark.timeout(120)
+def test_a_hostile_corpus_page_in_chromium_with_scripts_on_tries_nothing(messy_corpus):
+    """Served cleaned, the hostile page holds nothing that could run, load or redirect: even with page scripts on,
+    Chromium makes no request past the page itself, and shows the page's main text."""
+    import gymnasium as gym
+
+    import envs  # noqa: F401  (registers the environments)
+    from mosaic_gym.bench.messy_pages import HOSTILE
+
+    env = gym.make("mosaic/WebQA-v0", site=str(messy_corpus), split="all", backend="playwright",
+                   browser_javascript=True, max_steps=20, session_max_tokens=200_000)
+    try:
+        env.reset(seed=0)
+        obs, _, _, _, info = env.step(f'open("{HOSTILE.path}")')
+        assert info["action_error"] is None
+        page = obs.rsplit("[Page: ", 1)[1]
+        assert page.startswith(f"{HOSTILE.title} | {HOSTILE.path} |")
+        assert "Visible paragraph one." in page and "After the huge attribute." in page
+        assert [c for c in HOSTILE.chrome if c in page] == []
+        assert env.unwrapped.backend.blocked_requests == []
+    finally:
+        env.close()

@@ -34,6 +34,7 @@ import envs  # noqa: F401  (registers the environments)
 from helpers import SITE_SIZE
 from envs.actions import format_action
 from envs.playwright_backend import CHROMIUM_ARGS, child_processes
+from envs.web.corpus import load_corpus
 
 # Small, so that the looping page costs the test little; the backend's default is much longer.
 TIMEOUT_S = 3.0
@@ -175,7 +176,9 @@ def hostile_corpus(tmp_path_factory, listeners) -> Path:
 
 
 def make_env(corpus: Path, javascript: bool) -> gym.Env:
-    env = gym.make("mosaic/WebQA-v0", site=str(corpus), split="all", backend="playwright",
+    # The pages as written (clean=False): a corpus's pages are served cleaned by default (envs/web/clean.py), with
+    # nothing left that could run or load; here the browser itself must hold them.
+    env = gym.make("mosaic/WebQA-v0", site=load_corpus(corpus, clean=False), split="all", backend="playwright",
                    browser_javascript=javascript, max_steps=200, session_max_tokens=200_000)
     env.unwrapped.backend.timeout_s = TIMEOUT_S
     return env
