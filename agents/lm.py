@@ -39,20 +39,20 @@ from __future__ import annotations
 import functools
 import inspect
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 
 if TYPE_CHECKING:
-    from transformers import DynamicCache, PreTrainedModel
+    from transformers import DynamicCache
 
 
-def cache_kwarg(model: PreTrainedModel) -> str:
+def cache_kwarg(model: torch.nn.Module) -> str:
     """The forward argument that takes a cache: Transformers renamed ``past_key_values`` to ``cache`` during v5."""
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
-def attention_mask_4d(model: PreTrainedModel, allowed: torch.Tensor) -> torch.Tensor:
+def attention_mask_4d(model: torch.nn.Module, allowed: torch.Tensor) -> torch.Tensor:
     """A custom ``(batch, 1, query, key)`` mask as ``model``'s attention takes it (bool for SDPA, additive else)."""
     if getattr(model.config, "_attn_implementation", "sdpa") == "sdpa":
         return allowed
@@ -158,14 +158,14 @@ def cache_rows(cache: DynamicCache, start: int, stop: int) -> DynamicCache | Non
     (torch.Size([2, 1, 3, 2]), 4.0, 0.0)
     """
     layer = _reserved_layer_class()
-    if not all(isinstance(l, layer) for l in cache.layers):
+    reserved = [l for l in cache.layers if isinstance(l, layer)]
+    if len(reserved) < len(cache.layers):
         return None
-    return reserved_cache([(l.buffers[0][start:stop], l.buffers[1][start:stop]) for l in cache.layers],
-                          cache.layers[0].length)
+    return reserved_cache([(l.buffers[0][start:stop], l.buffers[1][start:stop]) for l in reserved], reserved[0].length)
 
 
 @functools.cache
-def _reserved_layer_class() -> type:
+def _reserved_layer_class() -> type[Any]:
     """The layer class, made on first use (this module does not import Transformers until a cache is made)."""
     from transformers.cache_utils import DynamicLayer
 
@@ -196,7 +196,7 @@ def _reserved_layer_class() -> type:
     return ReservedLayer
 
 
-def score_tree(model: PreTrainedModel, cache: DynamicCache, rows: Sequence[Sequence[Branch]],
+def score_tree(model: torch.nn.Module, cache: DynamicCache, rows: Sequence[Sequence[Branch]],
                prefix_logits: torch.Tensor, pad_id: int = 0) -> TreeScores:
     """Token log-probs of candidate continuations, every candidate of a cache row in one pass over that row.
 
