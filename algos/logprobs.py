@@ -93,7 +93,7 @@ def choice_logprobs(model: torch.nn.Module, sequences: Sequence[TrainSequence], 
     own: dict[int, list[Choice]] = {b: [] for b in active}
     for _, b, c in scored:
         own[b].append(c)
-    first_of: dict[tuple, int] = {}
+    first_of: dict[tuple | None, int] = {}
     rep = {b: first_of.setdefault(run_key(sequences[b]), b) for b in active}
     running = [b for b in active if rep[b] == b]
     row_of = {b: r for r, b in enumerate(running)}
@@ -107,7 +107,7 @@ def choice_logprobs(model: torch.nn.Module, sequences: Sequence[TrainSequence], 
     # Logits only where a candidate's first token is predicted: the last token of some choice's prefix.
     keep = sorted({c.prompt_len - 1 for b in running for c in own[b]})
     column = {col: i for i, col in enumerate(keep)}
-    tree = [[] for _ in running]
+    tree: list[list[Branch]] = [[] for _ in running]
     spans: dict[int, list[range]] = {b: [] for b in running}  # each running row's choices' candidates in the tree
     start = 0
     for b in running:
@@ -194,7 +194,7 @@ class SharedPrefix:
         cache = _new_cache()
         model(input_ids=torch.tensor([first[:n]], device=device), use_cache=True, logits_to_keep=1,
               **{cache_kwarg(model): cache})
-        return cls(list(first[:n]), [(layer.keys, layer.values) for layer in cache.layers])
+        return cls(list(first[:n]), _keys_values(cache))
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -215,6 +215,18 @@ class SharedPrefix:
         self._outputs = []
 
 
+def _keys_values(cache: DynamicCache) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Each layer's keys and values; a ValueError for a layer that has none (linear attention, no cache)."""
+    out = []
+    for i, layer in enumerate(cache.layers):
+        keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+        if not isinstance(keys, torch.Tensor) or not isinstance(values, torch.Tensor):
+            raise ValueError(f"a shared prefix needs every layer's keys and values: layer {i} "
+                             f"({type(layer).__name__}) has none")
+        out.append((keys, values))
+    return out
+
+
 def _first_scored(s: TrainSequence) -> int:
     """The first column whose logits a sequence's loss reads (the last token before its first unit)."""
     if s.choices:
@@ -228,7 +240,7 @@ def _causal_pass(model: torch.nn.Module, ids: torch.Tensor, attn: torch.Tensor, 
     """The logits of a right-padded batch at its columns ``keep`` (sorted); after ``prefix``, if given, on
     ``cache`` (which then must start with the prefix's keys: :meth:`SharedPrefix.cache`)."""
     start = 0 if prefix is None else len(prefix)
-    if start:
+    if prefix is not None and start:
         if len(keep) and int(keep[0]) < start:
             raise ValueError(f"the shared prefix ({start} tokens) covers column {int(keep[0])}, which is scored")
         if not bool((ids[:, :start] == torch.tensor(prefix.ids, device=ids.device)).all()):
