@@ -62,12 +62,13 @@ _PAGE_CHROME = frozenset(("header", "footer"))
 _SECTIONING = frozenset(("article", "main", "section", "blockquote", "td", "th", "li", "dd", "figure"))
 _CHROME_ROLES = frozenset(("navigation", "banner", "search", "complementary", "contentinfo", "menu", "menubar",
                            "dialog", "alertdialog", "toolbar", "tablist"))
-# Words of an id or class that name chrome (matched whole, after splitting on "-", "_" and case changes).
+# Words of an id or class that name chrome (matched whole, after splitting on "-", "_" and case changes). Not
+# "banner" (a hero banner holds a page's lead) nor "comment" (a forum's or Q&A site's posts are its content).
 _CHROME_WORDS = frozenset(
-    "cookie cookies consent gdpr ccpa banner newsletter subscribe subscription signup share sharing social "
+    "cookie cookies consent gdpr ccpa newsletter subscribe subscription signup share sharing social "
     "sidebar breadcrumb breadcrumbs crumbs nav navbar navigation menu menubar topbar toolbar masthead footer "
     "header skip skiplink ad ads advert adverts advertisement sponsor sponsored promo popup modal overlay "
-    "related recommended comments comment disqus outbrain taboola blogroll".split()
+    "related recommended disqus outbrain taboola blogroll".split()
 )
 _WORD = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
 # Kept as themselves; other block elements become <div>, other inline elements their text.

@@ -343,6 +343,29 @@ LISTING = _page(
     not_links=("/shop/maps", "/shop/sale"),
 )
 
+_POSTS = "".join(
+    f'<div class="comment" id="c{i}"><span class="comment-author">{who}</span><div class="comment-body">{text}</div>'
+    f'<a class="reply-link" href="javascript:reply({i})">reply</a></div>'
+    for i, (who, text) in enumerate((
+        ("hesk_sailor", "Is the Corra Island light still manned?"),
+        ("old_keeper", "No, it was automated in 1988, the same year as Vell."),
+        ("hesk_sailor", "Thanks, that matches the 1998 chart notes."))))
+FORUM = _page(
+    "forum/thread-42.html",
+    f"""<html><head><title>Is the Corra light manned? - Harbour Forum</title></head><body>
+<div id="topnav" class="navbar"><a href="/forum/">Forums</a> <a href="/forum/login">Sign in</a></div>
+<div class="breadcrumbs"><a href="/forum/">Forum index</a> &raquo; <a href="/forum/lights">Lighthouses</a></div>
+<h1>Is the Corra light manned?</h1>
+<div class="thread">{_POSTS}</div>
+<div class="share-bar"><a href="https://social.example/share?u=42">Share on Social</a></div>
+</body></html>""",
+    title="Is the Corra light manned?",
+    main=("Is the Corra Island light still manned?", "No, it was automated in 1988, the same year as Vell.",
+          "old_keeper", "Thanks, that matches the 1998 chart notes."),
+    chrome=("Sign in", "Forum index", "Share on Social"),
+    not_links=("/forum/login", "/forum/lights", "https://social.example/share?u=42"),
+)
+
 _DEEP = "<div>" * 3000
 DEEP = _page(
     "x/deep.html",
@@ -354,4 +377,4 @@ DEEP = _page(
 
 #: Every page, in a fixed order.
 PAGES: tuple[MessyPage, ...] = (NEWS, BLOG, WIKI, BROKEN, CP1252, LATIN1, HOSTILE, TITLE_DIFFERS, NO_TITLE,
-                                OG_TITLE, ASPNET, APP_SHELL, LISTING, DEEP)
+                                OG_TITLE, ASPNET, APP_SHELL, LISTING, FORUM, DEEP)
