@@ -663,13 +663,18 @@ _ADJECTIVES: tuple[str, ...] = (
     "meticulous", "restless", "reserved", "generous", "demanding", "patient", "stubborn", "cautious",
     "ambitious", "modest", "sociable", "exacting", "uneven", "lively", "tense", "measured", "cordial", "austere",
 )
-_TIMES: tuple[str, ...] = ("In these years", "Around this time", "Later", "For a while", "At first", "Over the following decade",
-          "In the same period", "Soon afterwards", "Throughout this phase", "By then")
-_SOURCES: tuple[str, ...] = ("Contemporary accounts", "Surviving letters", "Later biographers", "Local chronicles",
-            "Official records", "Memoirs of the period", "Several reviewers", "Modern scholars")
-_ASPECTS: tuple[str, ...] = ("the exact sequence of events", "the motives involved", "the scale of the undertaking",
-            "the role of chance", "the precise dates", "the influence of rivals", "the cost of the work",
-            "the degree of public interest")
+_TIMES: tuple[str, ...] = (
+    "In these years", "Around this time", "Later", "For a while", "At first", "Over the following decade",
+    "In the same period", "Soon afterwards", "Throughout this phase", "By then",
+)
+_SOURCES: tuple[str, ...] = (
+    "Contemporary accounts", "Surviving letters", "Later biographers", "Local chronicles", "Official records",
+    "Memoirs of the period", "Several reviewers", "Modern scholars",
+)
+_ASPECTS: tuple[str, ...] = (
+    "the exact sequence of events", "the motives involved", "the scale of the undertaking", "the role of chance",
+    "the precise dates", "the influence of rivals", "the cost of the work", "the degree of public interest",
+)
 _STATES: tuple[str, ...] = ("incomplete", "patchy", "contradictory", "scattered", "fragmentary", "sparse")
 _TOPICS: dict[str, tuple[str, ...]] = {
     PERSON: ("questions of method", "the training of apprentices", "the keeping of accurate records",
