@@ -65,7 +65,7 @@ _CHROME_ROLES = frozenset(("navigation", "banner", "search", "complementary", "c
 # Words of an id or class that name chrome (matched whole, after splitting on "-", "_" and case changes). Not
 # "banner" (a hero banner holds a page's lead) nor "comment" (a forum's or Q&A site's posts are its content).
 _CHROME_WORDS = frozenset(
-    "cookie cookies consent gdpr ccpa newsletter subscribe subscription signup share sharing social "
+    "cookie cookies cookiebot onetrust didomi consent gdpr ccpa dialog newsletter subscribe subscription signup share sharing social "
     "sidebar breadcrumb breadcrumbs crumbs nav navbar navigation menu menubar topbar toolbar masthead footer "
     "header skip skiplink ad ads advert adverts advertisement sponsor sponsored promo popup modal overlay "
     "related recommended disqus outbrain taboola blogroll".split()
