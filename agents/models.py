@@ -31,7 +31,7 @@ import socket
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Sequence, TypedDict
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -57,7 +57,16 @@ SPECIAL_TOKENS = (EOS_TOKEN, *ROLE_TAG.values())
 # a call always ends with the token ")" alone.
 _PIECES = Regex(r"[^\W_]+|\s+|\S")
 
-TINY_SIZES: dict[str, dict[str, int]] = {
+class _TinyDims(TypedDict):
+    """The dimensions of a tiny Llama (keywords of ``LlamaConfig``)."""
+
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    intermediate_size: int
+
+
+TINY_SIZES: dict[str, _TinyDims] = {
     # Width, depth, heads and MLP width: 1.3M, 3.3M, 10.4M and 85k parameters with a 2,000-token vocabulary.
     "1m": dict(hidden_size=128, num_hidden_layers=4, num_attention_heads=4, intermediate_size=512),
     "3m": dict(hidden_size=192, num_hidden_layers=6, num_attention_heads=6, intermediate_size=576),
@@ -149,7 +158,8 @@ def build_tiny_model(tokenizer: PreTrainedTokenizerBase, size: str = "1m", seed:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = LlamaForCausalLM(config)
-    return model.to(torch.float32).eval()
+    # functools.wraps on PreTrainedModel.to makes typeshed see it unbound (wanting self): a stub limitation.
+    return model.to(torch.float32).eval()  # type: ignore[arg-type]
 
 
 def make_tiny(
@@ -185,7 +195,7 @@ def default_texts(episodes: int = 24, env: Any = None) -> list[str]:
 
     env = env if env is not None else gym.make("mosaic/WebQA-v0", site_size=120)
     oracle = OracleAgent(env, compact_at=0.5, fork=True)
-    texts = []
+    texts: list[str] = []
     for seed in range(episodes):
         observation, info = env.reset(seed=seed)
         oracle.reset()
@@ -263,7 +273,7 @@ def load_smollm2(dtype: torch.dtype = torch.float32, cache_dir: str | Path | Non
     model = in_own_memory(model)
     if cached is not None:
         _save_cache(model, tokenizer, cached)
-    return model.to(dtype), tokenizer
+    return model.to(dtype), tokenizer  # type: ignore[arg-type]  # PreTrainedModel.to: as in build_tiny_model
 
 
 def smollm2_cache_copy(root: Path, gguf_path: Path) -> Path:
@@ -367,12 +377,13 @@ def load_model(
     if spec.startswith("tiny-"):
         tokenizer = train_tokenizer(texts if texts is not None else default_texts())
         model = build_tiny_model(tokenizer, size=spec.removeprefix("tiny-"), seed=seed)
-        return (model.to(dtype) if dtype is not None else model), tokenizer
+        # PreTrainedModel.to's ignore: see build_tiny_model.
+        return (model.to(dtype) if dtype is not None else model), tokenizer  # type: ignore[arg-type]
     if spec == "smollm2":
         return load_smollm2(dtype=dtype or torch.float32)
     if Path(spec).is_dir():
-        tokenizer = load_tokenizer(spec)
-        return in_own_memory(AutoModelForCausalLM.from_pretrained(spec, dtype=dtype or "auto")).eval(), tokenizer
+        saved = load_tokenizer(spec)
+        return in_own_memory(AutoModelForCausalLM.from_pretrained(spec, dtype=dtype or "auto")).eval(), saved
     return _load_from_hub(check_hub_id(spec), dtype)
 
 
