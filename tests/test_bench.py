@@ -8,10 +8,15 @@ from __future__ import annotations
 
 import pytest
 
+import json
+
 from helpers import bench_smoke
-from mosaic_gym.bench import bench_env, suite
+from mosaic_gym.bench import bench_env, bench_site, bench_trainer
+from mosaic_gym.bench.common import SETTINGS
+from mosaic_gym.bench.registry import REGISTRY, Benchmark, load
 from mosaic_gym.cli import main
 
+# The benchmarks a plain run takes; the others (html, actions, credit) run with --only.
 BENCHMARKS = {"site", "env", "playwright", "rollout", "trainer", "iteration", "scale", "server"}
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -22,8 +27,14 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 CHEAP = ("site", "env", "rollout", "trainer")
 
 
-def test_the_suite_knows_every_benchmark():
-    assert set(suite.BENCHMARKS) == BENCHMARKS == set(CHEAP) | {"playwright", "iteration", "scale", "server"}
+def test_every_registered_module_declares_its_benchmark_once():
+    assert BENCHMARKS == set(CHEAP) | {"playwright", "iteration", "scale", "server"}
+    benchmarks = {name: load(name) for name in REGISTRY}
+    assert all(isinstance(b, Benchmark) and b.name == name and b.module == REGISTRY[name]
+               for name, b in benchmarks.items())
+    for settings in SETTINGS:
+        assert {name for name, b in benchmarks.items() if settings in b.suites} == BENCHMARKS
+    assert [name for name, b in benchmarks.items() if b.torch] == ["rollout", "trainer", "iteration"]
 
 
 def test_bench_reports_each_benchmark_beside_its_baseline(tmp_path, capsys):
@@ -46,9 +57,37 @@ def test_settings_are_one_flag_and_a_benchmark_refuses_unknown_ones(capsys):
         main(["bench", "--quick", "--smoke"])
     assert "not allowed with argument --quick" in capsys.readouterr().err
     with pytest.raises(ValueError, match="unknown settings 'tiny': choose among full, quick, smoke"):
-        bench_env.run("tiny")
+        bench_env.BENCHMARK.run("tiny")
 
 
 def test_unknown_benchmark_is_refused_naming_the_choices(capsys):
     assert main(["bench", "--only", "env,gpu"]) == 2
-    assert "unknown benchmark gpu: choose among site, env, playwright, rollout, trainer, iteration, scale, server" in capsys.readouterr().err
+    assert ("unknown benchmark gpu: choose among site, env, playwright, rollout, trainer, iteration, scale, server, "
+            "html, actions, credit") in capsys.readouterr().err
+
+
+def test_a_benchmark_alone_prints_the_report_mosaic_bench_gets(tmp_path, capsys):
+    # python -m mosaic_gym.bench.bench_site --smoke --out FILE: the same parse and measure as mosaic bench's run.
+    assert bench_site.BENCHMARK.main(["--smoke", "--seed", "3", "--out", str(tmp_path / "site.json")]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == json.loads((tmp_path / "site.json").read_text())
+    suite_report = bench_site.BENCHMARK.run("smoke")
+    assert set(printed) == set(suite_report) and printed["settings"] == suite_report["settings"] == "smoke"
+    assert [s["size"] for s in printed["sites"]] == [s["size"] for s in suite_report["sites"]]
+    assert printed["sites"][0]["tasks"] > 0 and printed["corpora"] == []
+
+
+def test_a_benchmarks_options_take_their_settings_defaults_and_refuse_bad_values(capsys):
+    trainer = bench_trainer.BENCHMARK
+    assert (trainer.parse(["--smoke"]).site_size, trainer.parse([]).site_size) == (150, 300)
+    assert trainer.parse(["--quick", "--episodes", "7", "--threads", "2"]).episodes == 7
+    with pytest.raises(SystemExit):
+        trainer.parse(["--repeat", "0"])
+    assert "argument --repeat: must be at least 1, not 0" in capsys.readouterr().err
+
+
+def test_benchmarks_outside_the_plain_run_report_with_only(tmp_path):
+    result = bench_smoke(tmp_path, ("html", "actions"))
+    actions = result["benchmarks"]["actions"]
+    assert actions["config"]["per_class"] == 1 and actions["exceptions"] == 0
+    assert {row["bench"] for row in result["figures"]} == {"html", "actions"}

@@ -25,10 +25,12 @@ This part needs nothing but the env, so it also measures a tree from before a fi
 
 Prints one JSON object (and writes it to ``--out``).
 
+The command exits 1 when a step broke the promise (raised, or took over ``BOUND_MS``).
+
 Usage:
-    python bench/bench_actions.py                     # worst and median step per class, the ratio to search("x")
-    python bench/bench_actions.py --fuzz 100000       # also: exceptions per 100k fuzzed actions
-    python bench/bench_actions.py --quick --out actions.json
+    python -m mosaic_gym.bench.bench_actions                  # worst and median step per class, beside search("x")
+    python -m mosaic_gym.bench.bench_actions --fuzz 100000    # also: exceptions per 100k fuzzed actions
+    python -m mosaic_gym.bench.bench_actions --quick --out actions.json
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ from typing import Any, Callable
 import gymnasium as gym
 
 import envs  # noqa: F401  (registers the environments)
-from mosaic_gym.bench.common import emit, machine
+from mosaic_gym.bench.common import figure, machine
+from mosaic_gym.bench.registry import Benchmark
 
 ENV_IDS = ("mosaic/WebQA-v0", "mosaic/WebQA-Compact-v0", "mosaic/WebQA-Fork-v0", "mosaic/WebQA-Single-v0")
 TOOLS = {"search": "query", "open": "target", "scroll": "direction", "find": "text", "compact": "summary",
@@ -56,8 +59,9 @@ PACKAGES = ("gymnasium", "numpy")
 BOUND_MS = 50.0
 SITE_SIZE = 120
 MEGABYTE = 2**20
-QUICK = {"per_class": 4, "baseline_steps": 200}
-FULL = {"per_class": 25, "baseline_steps": 2000}
+#: Per settings: hostile actions drawn per class and env id, and ``search("x")`` steps timed as the baseline.
+SETTINGS = {"full": {"per_class": 25, "baseline_steps": 2000}, "quick": {"per_class": 4, "baseline_steps": 200},
+            "smoke": {"per_class": 1, "baseline_steps": 20}}
 
 #: Every non-ASCII character of Unicode categories Nd (decimal digits) and No (other numbers).
 UNICODE_NUMBERS = "".join(c for c in map(chr, range(0x80, 0x110000))
@@ -340,14 +344,13 @@ def fuzz(environments: dict[str, gym.Env], count: int, seed: int) -> dict[str, A
             "by_type": by_type, "seconds": round(time.perf_counter() - start, 1)}
 
 
-def run(quick: bool = False, per_class: int | None = None, fuzz_count: int = 0, seed: int = 0,
-        fuzz_only: bool = False) -> dict[str, Any]:
-    config = QUICK if quick else FULL
-    per_class = per_class or config["per_class"]
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """The whole benchmark as one JSON-ready dict, as ``args`` (its command line's) set it."""
+    per_class, fuzz_count, seed = args.per_class, args.fuzz, args.seed
     environments = make_envs()
-    if fuzz_only:
+    if args.fuzz_only:
         return {"machine": machine(PACKAGES), "fuzz": fuzz(environments, fuzz_count, seed)}
-    normal = baseline(environments[ENV_IDS[0]], config["baseline_steps"])
+    normal = baseline(environments[ENV_IDS[0]], SETTINGS[args.settings]["baseline_steps"])
     classes = time_classes(environments, per_class, seed)
     worst = max(row["worst_ms"] for row in classes.values())
     median = statistics.median(row["median_ms"] for row in classes.values())
@@ -369,26 +372,42 @@ def run(quick: bool = False, per_class: int | None = None, fuzz_count: int = 0, 
     return result
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog="Classes: " + ", ".join(CLASSES) + f". Bound: {BOUND_MS:g} ms a step.")
-    parser.add_argument("--quick", action="store_true", help=f"{QUICK['per_class']} actions per class and env id")
+def options(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = "Classes: " + ", ".join(CLASSES) + f". Bound: {BOUND_MS:g} ms a step."
     parser.add_argument("--per-class", type=int, help=f"actions drawn per class and env id (default "
-                                                      f"{FULL['per_class']})")
+                                                      f"{SETTINGS['full']['per_class']})")
     parser.add_argument("--fuzz", type=int, default=0, metavar="N",
                         help="also count the exceptions over N fuzzed actions (reported per 100k)")
     parser.add_argument("--fuzz-only", action="store_true",
                         help="only the --fuzz count, no timing (a tree whose slow steps take seconds)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the drawn actions (default 0)")
-    parser.add_argument("--out", type=Path, help="also write the JSON here")
-    args = parser.parse_args(argv)
-    result = run(args.quick, args.per_class, args.fuzz, args.seed, args.fuzz_only)
-    emit(result, args.out)
-    failed = not result.get("within_bound", True) or result.get("exceptions") or result.get("fuzz", {}).get(
-        "exceptions")
-    return 1 if failed else 0
+
+
+def figures(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The summary rows: the slowest and the median hostile step beside a ``search("x")`` step, and the steps
+    that raised (none after ``--fuzz-only``, which times nothing)."""
+    if "classes" not in result:
+        return []
+    search = ("search(\"x\") step, median", result["baseline_search_ms"])
+    return [figure(f"slowest hostile-action step (bound {BOUND_MS:g} ms)", result["worst_ms"], "ms", *search),
+            figure("median hostile-action step, median over classes", result["median_ms"], "ms", *search),
+            figure("hostile-action steps that raised", result["exceptions"], "steps")]
+
+
+def failed(result: dict[str, Any]) -> bool:
+    """A step took over the bound, or one raised (timed or fuzzed)."""
+    return bool(not result.get("within_bound", True) or result.get("exceptions")
+                or result.get("fuzz", {}).get("exceptions"))
+
+
+BENCHMARK = Benchmark(
+    "actions", "hostile actions: the slowest env step on an action built to break or stall the parser, beside a "
+    "search(\"x\") step, and the steps that raise", measure, figures,
+    quick=f"{SETTINGS['quick']['per_class']} actions per class and env id",
+    smoke=f"{SETTINGS['smoke']['per_class']} action per class and env id",
+    defaults={settings: {"per_class": config["per_class"]} for settings, config in SETTINGS.items()},
+    options=options, suites=(), failed=failed)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(BENCHMARK.main())

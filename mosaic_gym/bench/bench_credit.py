@@ -24,12 +24,13 @@ interval (Student t over seeds).
 Usage:
     python -m mosaic_gym.bench.bench_credit                # 5 seeds x 16 groups x 8
     python -m mosaic_gym.bench.bench_credit --quick        # 2 seeds x 4 groups
+    python -m mosaic_gym.bench.bench_credit --smoke        # 1 seed x 2 groups x 4 on 8 envs
 """
 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
+import sys
 from typing import Any, Sequence
 
 import gymnasium as gym
@@ -42,7 +43,8 @@ from algos.credit import advantages as adv
 from algos.credit.estimators import chains, rollout_contributions
 from algos.rollout import Collector, Request, Trajectory
 from envs.actions import format_action
-from mosaic_gym.bench.common import emit, fill_defaults, machine
+from mosaic_gym.bench.common import machine
+from mosaic_gym.bench.registry import Benchmark
 
 ENV_ID = "mosaic/WebQA-v0"
 DEMO = {"site_size": 600, "hops": 1, "max_steps": 8, "candidates": True, "session_max_tokens": 600}
@@ -288,34 +290,33 @@ def summarize(per_seed: Sequence[dict[str, Any]], variants: Sequence[str]) -> di
     return out
 
 
-def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--study", default="bias", choices=["bias", "summary"],
                    help="bias: first vs last session in all-success groups; summary: the controlled case, "
                         "P(keep the fact in a summary) per update under broadcast and Mosaic")
-    p.add_argument("--updates", type=int, default=15, help="summary study: policy-gradient updates per run")
+    p.add_argument("--updates", type=int, default=None, help="summary study: policy-gradient updates per run "
+                                                             "(default: 15; smoke: 2)")
     p.add_argument("--lr", type=float, default=2.0, help="summary study: step size on the summary logit")
-    p.add_argument("--quick", action="store_true", help="2 seeds x 4 groups")
-    p.add_argument("--seeds", type=int, default=None, help="sets of rollouts (default: 5; quick: 2)")
-    p.add_argument("--groups", type=int, default=None, help="groups per seed (default: 16; quick: 4)")
-    p.add_argument("--group-size", type=int, default=8, help="trajectories per group (G)")
+    p.add_argument("--seeds", type=int, default=None, help="sets of rollouts (default: 5; quick: 2; smoke: 1)")
+    p.add_argument("--groups", type=int, default=None, help="groups per seed (default: 16; quick: 4; smoke: 2)")
+    p.add_argument("--group-size", type=int, default=None, help="trajectories per group (G) (default: 8; smoke: 4)")
     p.add_argument("--continuations", type=int, default=2, help="M per boundary")
     p.add_argument("--error-rate", type=float, default=0.25, help="the oracle's chance of a mistake per step")
     p.add_argument("--floor", type=float, default=0.25, help="min_contribution_std of the +floor variants")
     p.add_argument("--policy", default="context", choices=POLICIES,
                    help="context: the oracle as a function of its session (continuations act as the run did); "
                         "oracle: OracleAgent itself (remembers its plan, so its continuations do not)")
-    p.add_argument("--num-envs", type=int, default=16, help="envs stepped side by side")
-    p.add_argument("--out", type=Path, default=None, help="also write the JSON here")
-    args = p.parse_args(argv)
-    args.settings = "quick" if args.quick else "full"
-    args = fill_defaults(args, {"quick": {"seeds": 2, "groups": 4}, "full": {"seeds": 5, "groups": 16}})
+    p.add_argument("--num-envs", type=int, default=None, help="envs stepped side by side (default: 16; smoke: 8)")
+
+
+def study(args: argparse.Namespace) -> dict[str, Any]:
+    """The study ``args.study`` names, as ``args`` (its command line's) set it, as one JSON-ready dict."""
     if args.study == "summary":
-        return summary_main(args)
+        return summary_study_report(args)
     variants = tuple(VARIANTS)
     per_seed = [measure(seed, args.groups, args.group_size, args.continuations, args.error_rate, args.floor,
                         args.num_envs, variants, args.policy) for seed in range(args.seeds)]
-    result = {
+    return {
         "bench": "credit: first vs last session in all-success groups",
         "env": {"id": ENV_ID, **DEMO},
         "settings": {k: v for k, v in vars(args).items() if k != "out"},
@@ -323,8 +324,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "per_seed": per_seed,
         "machine": machine(["numpy", "gymnasium"]),
     }
-    emit(result, args.out)
-    return result
 
 
 def reach(history: Sequence[float], level: float) -> int:
@@ -337,9 +336,9 @@ def reach(history: Sequence[float], level: float) -> int:
     return next((u + 1 for u, p in enumerate(history) if p >= level), len(history) + 1)
 
 
-def summary_main(args: Any) -> dict[str, Any]:
-    """The controlled case over ``args.seeds`` seeds, both arms from the same seeds; JSON as :func:`main`."""
-    groups = 4 if args.quick else max(1, args.groups // 4)
+def summary_study_report(args: Any) -> dict[str, Any]:
+    """The controlled case over ``args.seeds`` seeds, both arms from the same seeds; JSON as :func:`study`'s."""
+    groups = {"full": max(1, args.groups // 4), "quick": 4, "smoke": 1}[args.settings]
     arms = {algo: [summary_study(seed, algo, args.updates, groups, args.group_size, args.continuations,
                                  args.error_rate, args.lr, args.num_envs) for seed in range(args.seeds)]
             for algo in ("broadcast", "mosaic")}
@@ -357,9 +356,17 @@ def summary_main(args: Any) -> dict[str, Any]:
         "per_seed": arms,
         "machine": machine(["numpy", "gymnasium"]),
     }
-    emit(result, args.out)
     return result
 
 
+BENCHMARK = Benchmark(
+    "credit", "Mosaic's session credit on the demo's rollouts: the first and the last session's mean advantage in "
+    "all-success groups, per variant (--study summary: the controlled case)", study, quick="2 seeds x 4 groups",
+    smoke="1 seed x 2 groups of 4 on 8 envs, 2 updates", suites=(), options=options,
+    defaults={"full": {"seeds": 5, "groups": 16, "group_size": 8, "num_envs": 16, "updates": 15},
+              "quick": {"seeds": 2, "groups": 4, "group_size": 8, "num_envs": 16, "updates": 15},
+              "smoke": {"seeds": 1, "groups": 2, "group_size": 4, "num_envs": 8, "updates": 2}})
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(BENCHMARK.main())

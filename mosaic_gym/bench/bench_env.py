@@ -20,15 +20,14 @@ Prints one JSON object (and writes it to ``--out``); ``--plot`` writes steps/s a
 cost against context length as a PNG.
 
 Usage:
-    python bench/bench_env.py                        # sites of 1000, 3000 and 10000 entities; a 32k-token window
-    python bench/bench_env.py --quick                # sites of 300 and 1000; a 16k-token window
-    python bench/bench_env.py --smoke                # a site of 150; a 4k-token window; a few steps
-    python bench/bench_env.py --out env.json --plot env.png
+    python -m mosaic_gym.bench.bench_env                 # sites of 1000, 3000 and 10000 entities; a 32k window
+    python -m mosaic_gym.bench.bench_env --quick         # sites of 300 and 1000; a 16k-token window
+    python -m mosaic_gym.bench.bench_env --smoke         # a site of 150; a 4k-token window; a few steps
+    python -m mosaic_gym.bench.bench_env --out env.json --plot env.png
 """
 
 from __future__ import annotations
 
-import argparse
 import gc
 import itertools
 import sys
@@ -42,7 +41,8 @@ import gymnasium as gym
 
 import envs  # noqa: F401  (registers the environments)
 from agents import OracleAgent
-from mosaic_gym.bench.common import Recorder, add_settings_flags, emit, figure, machine, settings_argv
+from mosaic_gym.bench.common import Recorder, figure, machine
+from mosaic_gym.bench.registry import Benchmark
 from envs.actions import format_action
 from envs.backends import TextBackend
 from envs.web.browser import CHUNK_TOKENS, html_to_view
@@ -244,10 +244,10 @@ def context_scaling(size: int, seed: int, window: int, block: int, repeat: int) 
     }
 
 
-def run(settings: str = "full", seed: int = 0) -> dict[str, Any]:
-    """The whole benchmark as one JSON-ready dict (``settings``: one of :data:`~mosaic_gym.bench.common.SETTINGS`;
-    ``quick`` and ``smoke`` have smaller sites and windows)."""
-    settings_argv(settings)
+def measure(args: Any) -> dict[str, Any]:
+    """The whole benchmark as one JSON-ready dict, at ``args.settings`` (``quick`` and ``smoke`` have smaller
+    sites and windows) with the site seed ``args.seed``."""
+    settings, seed = args.settings, args.seed
     config = CONFIGS[settings]
     sizes = [bench_size(size, seed, config["steps"], config["repeat"]) for size in config["sizes"]]
     largest = sizes[-1]
@@ -315,20 +315,13 @@ def plot(result: dict[str, Any], path: Path) -> Path:
     return path
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_settings_flags(parser, quick="sites of 300 and 1000 entities, a 16k window",
-                       smoke="a site of 150 entities, a 4k window, a few steps")
-    parser.add_argument("--seed", type=int, default=0, help="builtin site seed")
-    parser.add_argument("--out", type=Path, help="also write the JSON here")
-    parser.add_argument("--plot", type=Path, help="write the scaling plot (PNG) here")
-    args = parser.parse_args(argv)
-    result = run(args.settings, args.seed)
-    emit(result, args.out)
-    if args.plot:
-        plot(result, args.plot)
-    return 0
+BENCHMARK = Benchmark(
+    "env", "env steps/s on the text backend beside the bare page-render rate; per-step cost against context "
+    "length", measure, figures, quick="sites of 300 and 1000 entities, a 16k window",
+    smoke="a site of 150 entities, a 4k window, a few steps",
+    options=lambda parser: parser.add_argument("--seed", type=int, default=0, help="builtin site seed"),
+    plot=plot, plot_file="env_scaling.png")
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(BENCHMARK.main())

@@ -53,8 +53,8 @@ from algos.learn.pg import PolicyGradient
 from algos.rollout import Collector, Request
 from algos.study import warm_start_configs
 from algos.learn.train import budget_sampler, make_agent, rl_iteration
-from mosaic_gym.bench.common import (add_settings_flags, emit, figure, fill_defaults, machine, settings_argv,
-                                     torch_machine)
+from mosaic_gym.bench.common import figure, machine, torch_machine
+from mosaic_gym.bench.registry import Benchmark
 
 PACKAGES = ("torch", "transformers", "tokenizers", "gymnasium")
 ROWS = (("broadcast", "broadcast", "rollout"), ("mosaic-rollout", "mosaic", "rollout"),
@@ -147,20 +147,12 @@ def train_memory(args: argparse.Namespace) -> dict[str, Any]:
             "seconds": round(seconds, 1), "goal_mb": 1536, "met": train_mb <= 1536}
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_settings_flags(parser, quick="fresh tiny-100k model, one group of 2 on a small site, 4 steps",
-                       smoke="as --quick")
+def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bc-episodes", type=int, help="oracle demonstrations to warm-start on (default 30; "
                                                         "quick: 0, a fresh model)")
     parser.add_argument("--memory-iterations", type=int, default=1, help="RL iterations of the memory run")
     parser.add_argument("--no-memory", action="store_true", help="skip the mosaic train memory run")
     parser.add_argument("--no-fork", action="store_true", help="skip the fork preset's rows")
-    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
-    parser.add_argument("--out", type=Path, help="also write the JSON here")
-    args = fill_defaults(parser.parse_args(argv), {"full": {"bc_episodes": 30}, "quick": {"bc_episodes": 0},
-                                                  "smoke": {"bc_episodes": 0}})
-    return args
 
 
 def iteration_rows(base: TrainConfig, bc_episodes: int, names: Any, goals: dict[str, float]
@@ -190,9 +182,7 @@ def same_trajectories(rows: dict[str, dict[str, Any]]) -> bool:
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
-    """The whole benchmark, as ``args`` (from :func:`parse_args`) set it, as one JSON-ready dict."""
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    """The whole benchmark, as ``args`` (its command line's) set it, as one JSON-ready dict."""
     memory = None if args.no_memory else train_memory(args)
     base = iteration_config(args)
     rows = iteration_rows(base, args.bc_episodes, ROWS, GOALS)
@@ -224,11 +214,6 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def run(settings: str = "full") -> dict[str, Any]:
-    """The benchmark at ``settings`` (one of :data:`~mosaic_gym.bench.common.SETTINGS`)."""
-    return measure(parse_args(settings_argv(settings)))
-
-
 def figures(result: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per algorithm (seconds per iteration beside broadcast's), and the peak RSS of mosaic train."""
     rows = result["rows"]
@@ -249,11 +234,13 @@ def figures(result: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    emit(measure(args), args.out)
-    return 0
+BENCHMARK = Benchmark(
+    "iteration", "an RL iteration, phase by phase: broadcast, Mosaic (rollout), Mosaic (likelihood), and the "
+    "study's fork preset (broadcast, Mosaic); peak RSS of a short mosaic train run beside a bare process building "
+    "the same model", measure, figures, quick="fresh tiny-100k model, one group of 2 on a small site, 4 steps",
+    smoke="as --quick", defaults={"full": {"bc_episodes": 30}, "quick": {"bc_episodes": 0},
+                                  "smoke": {"bc_episodes": 0}}, options=options, torch=True)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(BENCHMARK.main())

@@ -14,10 +14,10 @@ page (``set_content``, nothing else), the least one more env could cost.
 Prints one JSON object (and writes it to ``--out``).
 
 Usage:
-    python bench/bench_playwright.py                 # builtin site of 500 entities, 240 steps, 1 vs 5 envs
-    python bench/bench_playwright.py --quick         # 150 entities, 48 steps, 1 vs 3 envs
-    python bench/bench_playwright.py --smoke         # 150 entities, 8 steps, 1 vs 2 envs
-    python bench/bench_playwright.py --site tests/fixtures/corpus_html --out bench_playwright.json
+    python -m mosaic_gym.bench.bench_playwright          # builtin site of 500 entities, 240 steps, 1 vs 5 envs
+    python -m mosaic_gym.bench.bench_playwright --quick  # 150 entities, 48 steps, 1 vs 3 envs
+    python -m mosaic_gym.bench.bench_playwright --smoke  # 150 entities, 8 steps, 1 vs 2 envs
+    python -m mosaic_gym.bench.bench_playwright --site tests/fixtures/corpus_html --out bench_playwright.json
 """
 
 from __future__ import annotations
@@ -25,15 +25,16 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import time
-from pathlib import Path
 from typing import Any
 
 
 import gymnasium as gym
 
 import envs  # noqa: F401  (registers the environments)
-from mosaic_gym.bench.common import Recorder, add_settings_flags, emit, figure, fill_defaults, machine, settings_argv
+from mosaic_gym.bench.common import Recorder, at_least, figure, machine
+from mosaic_gym.bench.registry import Benchmark
 from envs.actions import format_action
 from envs.playwright_backend import ORIGIN, PlaywrightBackend, child_processes
 from envs.web import Task
@@ -233,25 +234,16 @@ def mib(size: float) -> float:
     return round(size / MIB, 1)
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--site", default="builtin", help="'builtin' or a corpus folder")
     parser.add_argument("--site-size", type=int, default=None, help="builtin entities (default 500; quick 150)")
     parser.add_argument("--steps", type=int, default=None, help="env steps to time (default 240; quick 48)")
-    parser.add_argument("--envs", type=int, default=None, help="envs for the memory test (default 5; quick 3)")
-    add_settings_flags(parser, quick="a smaller site, fewer steps and envs",
-                       smoke="a smaller site, 8 steps, 2 envs")
-    parser.add_argument("--out", type=Path, help="also write the JSON here")
-    args = parser.parse_args(argv)
-    fill_defaults(args, {"full": dict(site_size=500, steps=240, envs=5), "quick": dict(site_size=150, steps=48, envs=3),
-                         "smoke": dict(site_size=150, steps=8, envs=2)})
-    if args.envs < 2:
-        parser.error("--envs must be at least 2: memory per extra env compares 1 env with N")
-    return args
+    parser.add_argument("--envs", type=at_least(2, ": memory per extra env compares 1 env with N"), default=None,
+                        help="envs for the memory test (default 5; quick 3)")
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
-    """The whole benchmark, as ``args`` (from :func:`parse_args`) set it, as one JSON-ready dict."""
+    """The whole benchmark, as ``args`` (its command line's) set it, as one JSON-ready dict."""
     machine_before = machine(PACKAGES)
     text = step_times(args, "text")
     # The bare context lives in the same browser as the env, which a held-open backend keeps running.
@@ -276,11 +268,6 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def run(settings: str = "full") -> dict[str, Any]:
-    """The benchmark with its default ``settings`` (``quick``, ``smoke``: a smaller site, fewer steps and envs)."""
-    return measure(parse_args(settings_argv(settings)))
-
-
 def figures(result: dict[str, Any]) -> list[dict[str, Any]]:
     """The summary rows: page-step latency beside a bare browser's, steps/s beside the text backend's, memory."""
     pw, memory = result["playwright"], result["memory"]
@@ -296,12 +283,12 @@ def figures(result: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    args = parse_args(argv)
-    result = measure(args)
-    emit(result, args.out)
-    return result
+BENCHMARK = Benchmark(
+    "playwright", "Playwright backend step latency beside a bare browser's, and memory per env", measure, figures,
+    quick="a smaller site, fewer steps and envs", smoke="a smaller site, 8 steps, 2 envs",
+    defaults={"full": dict(site_size=500, steps=240, envs=5), "quick": dict(site_size=150, steps=48, envs=3),
+              "smoke": dict(site_size=150, steps=8, envs=2)}, options=options)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(BENCHMARK.main())

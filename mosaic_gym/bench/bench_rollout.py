@@ -8,10 +8,10 @@ and the envs. Then ``model.generate`` samples ``--max-new-tokens`` tokens for ea
 to ``--out``): generated tokens a second for each, and ``ratio`` = rollout tokens/s over generate tokens/s.
 
 Usage:
-    python bench/bench_rollout.py                       # tiny-3m, batch 8
-    python bench/bench_rollout.py --quick               # tiny-1m, batch 4, fewer steps and tokens
-    python bench/bench_rollout.py --smoke               # tiny-1m, batch 2, 1 step, 4 new tokens
-    python bench/bench_rollout.py --model smollm2 --batch 16
+    python -m mosaic_gym.bench.bench_rollout                   # tiny-3m, batch 8
+    python -m mosaic_gym.bench.bench_rollout --quick           # tiny-1m, batch 4, fewer steps and tokens
+    python -m mosaic_gym.bench.bench_rollout --smoke           # tiny-1m, batch 2, 1 step, 4 new tokens
+    python -m mosaic_gym.bench.bench_rollout --model smollm2 --batch 16
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import argparse
 import re
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 
@@ -29,8 +28,8 @@ import torch
 
 import envs  # noqa: F401  (registers the environments)
 from agents.llm import LLMAgent
-from mosaic_gym.bench.common import (add_settings_flags, emit, figure, fill_defaults, load_bench_model, machine,
-                                     settings_argv, torch_machine)
+from mosaic_gym.bench.common import figure, load_bench_model, model_report
+from mosaic_gym.bench.registry import Benchmark
 from envs.actions import format_action
 
 ENV_ID = "mosaic/WebQA-v0"
@@ -161,46 +160,25 @@ def bench_context(
     return result
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_settings_flags(parser, quick="tiny-1m, batch 4, 3 steps, 16 new tokens",
-                       smoke="tiny-1m, batch 2, 1 step, 4 new tokens, 256 long-context tokens")
+def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="a load_model spec: tiny-1m|tiny-3m|tiny-10m|smollm2|folder (default tiny-3m)")
     parser.add_argument("--batch", type=int, help="envs stepped together (default 8)")
     parser.add_argument("--steps", type=int, help="timed steps per context (default 6)")
     parser.add_argument("--max-new-tokens", type=int, help="generation cap per step (default 32)")
     parser.add_argument("--long-tokens", type=int, help="context filled before the long steps (default 2048)")
-    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--seed", type=int, default=0, help="env and sampling seed")
-    parser.add_argument("--out", type=Path, help="also write the JSON here")
-    args = parser.parse_args(argv)
-    return fill_defaults(args, {
-        "full": dict(model="tiny-3m", batch=8, steps=6, max_new_tokens=32, long_tokens=2048),
-        "quick": dict(model="tiny-1m", batch=4, steps=3, max_new_tokens=16, long_tokens=1024),
-        "smoke": dict(model="tiny-1m", batch=2, steps=1, max_new_tokens=4, long_tokens=256)})
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
-    """The whole benchmark, as ``args`` (from :func:`parse_args`) set it, as one JSON-ready dict."""
+    """The whole benchmark, as ``args`` (its command line's) set it, as one JSON-ready dict."""
     model, tokenizer, device = load_bench_model(args)
     return {
-        "bench": "rollout",
-        "settings": args.settings,
-        "machine": {**machine(PACKAGES), **torch_machine()},
-        "env": ENV_ID,
-        "model": args.model,
-        "parameters": model.num_parameters(),
-        "device": device,
+        **model_report("rollout", args, model, device, PACKAGES, ENV_ID),
         "max_new_tokens": args.max_new_tokens,
         "steps": args.steps,
         "contexts": [bench_context(model, tokenizer, args, None),
                      bench_context(model, tokenizer, args, args.long_tokens)],
     }
-
-
-def run(settings: str = "full") -> dict[str, Any]:
-    """The benchmark with its default ``settings`` (``quick``, ``smoke``: tiny-1m, smaller batches, fewer steps)."""
-    return measure(parse_args(settings_argv(settings)))
 
 
 def figures(result: dict[str, Any]) -> list[dict[str, Any]]:
@@ -213,11 +191,15 @@ def figures(result: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    emit(measure(args), args.out)
-    return 0
+BENCHMARK = Benchmark(
+    "rollout", "LLMAgent rollout tokens/s beside bare model.generate on the same prompts", measure, figures,
+    quick="tiny-1m, batch 4, 3 steps, 16 new tokens",
+    smoke="tiny-1m, batch 2, 1 step, 4 new tokens, 256 long-context tokens",
+    defaults={"full": dict(model="tiny-3m", batch=8, steps=6, max_new_tokens=32, long_tokens=2048),
+              "quick": dict(model="tiny-1m", batch=4, steps=3, max_new_tokens=16, long_tokens=1024),
+              "smoke": dict(model="tiny-1m", batch=2, steps=1, max_new_tokens=4, long_tokens=256)},
+    options=options, torch=True)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(BENCHMARK.main())

@@ -19,7 +19,6 @@ import argparse
 import os
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -28,7 +27,8 @@ import envs  # noqa: F401  (registers the environments)
 from agents import OracleAgent
 from algos.rollout import Collector, Request
 from envs.pool import LocalPool, RayPool, init_ray
-from mosaic_gym.bench.common import add_settings_flags, emit, figure, fill_defaults, machine, settings_argv
+from mosaic_gym.bench.common import figure, machine
+from mosaic_gym.bench.registry import Benchmark
 
 ENV_ID = "mosaic/WebQA-v0"
 PACKAGES = ("ray", "gymnasium", "playwright")
@@ -39,16 +39,12 @@ DEFAULTS = {
 }
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_settings_flags(p, quick="fewer episodes", smoke="2 envs, 2 short episodes: checks the report only")
-    p.add_argument("--envs", type=int, default=None, help="env slots of every pool (even: split over 2 workers)")
-    p.add_argument("--playwright-episodes", type=int, default=None, help="episodes timed on Playwright")
-    p.add_argument("--text-episodes", type=int, default=None, help="episodes timed on the text backend")
-    p.add_argument("--max-steps", type=int, default=None, help="budget of each episode")
-    p.add_argument("--site-size", type=int, default=150, help="entities of the builtin site")
-    p.add_argument("--out", type=Path, default=None, help="also write the JSON here")
-    return fill_defaults(p.parse_args(argv), DEFAULTS)
+def options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--envs", type=int, default=None, help="env slots of every pool (even: split over 2 workers)")
+    parser.add_argument("--playwright-episodes", type=int, default=None, help="episodes timed on Playwright")
+    parser.add_argument("--text-episodes", type=int, default=None, help="episodes timed on the text backend")
+    parser.add_argument("--max-steps", type=int, default=None, help="budget of each episode")
+    parser.add_argument("--site-size", type=int, default=150, help="entities of the builtin site")
 
 
 def _timed(pool: Any, driver_env: gym.Env, requests: list[Request]) -> tuple[float, int, list[Any]]:
@@ -105,11 +101,6 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-def run(settings: str = "full") -> dict[str, Any]:
-    """The benchmark with its default ``settings``."""
-    return measure(parse_args(settings_argv(settings)))
-
-
 def figures(result: dict[str, Any]) -> list[dict[str, Any]]:
     """The summary rows: Ray pool steps/s (1 and 2 workers) beside the local pool's, Playwright and text."""
     rows = []
@@ -126,11 +117,11 @@ def figures(result: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    emit(measure(args), args.out)
-    return 0
+BENCHMARK = Benchmark(
+    "scale", "Ray env pool steps/s with 1 and 2 workers beside the local pool (Playwright, text), and Ray's "
+    "overhead per step (needs the ray extra)", measure, figures, quick="fewer episodes",
+    smoke="2 envs, 2 short episodes: checks the report only", defaults=DEFAULTS, options=options)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(BENCHMARK.main())

@@ -17,7 +17,6 @@ import argparse
 import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -26,7 +25,8 @@ import envs  # noqa: F401  (registers the environments)
 from agents.models import TRANSCRIPT_CHAT_TEMPLATE, make_tiny
 from agents.server import ServerAgent, TransformersServer
 from algos.rollout import Collector, Request
-from mosaic_gym.bench.common import add_settings_flags, emit, figure, fill_defaults, machine, settings_argv
+from mosaic_gym.bench.common import figure, machine
+from mosaic_gym.bench.registry import Benchmark
 
 ENV_ID = "mosaic/WebQA-v0"
 PACKAGES = ("transformers", "torch", "fastapi", "uvicorn")
@@ -39,16 +39,12 @@ DEFAULTS = {
 }
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_settings_flags(p, quick="fewer, shorter episodes", smoke="2-step episodes: checks the report only")
-    p.add_argument("--episodes", type=int, default=None, help="episodes timed at each concurrency")
-    p.add_argument("--max-steps", type=int, default=None, help="budget of each episode")
-    p.add_argument("--max-tokens", type=int, default=None, help="tokens a reply may have")
-    p.add_argument("--size", default=None, choices=["1m", "3m", "10m"], help="the tiny model served")
-    p.add_argument("--modes", default=None, help="servers to measure: plain, continuous (comma-separated)")
-    p.add_argument("--out", type=Path, default=None, help="also write the JSON here")
-    return fill_defaults(p.parse_args(argv), DEFAULTS)
+def options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--episodes", type=int, default=None, help="episodes timed at each concurrency")
+    parser.add_argument("--max-steps", type=int, default=None, help="budget of each episode")
+    parser.add_argument("--max-tokens", type=int, default=None, help="tokens a reply may have")
+    parser.add_argument("--size", default=None, choices=["1m", "3m", "10m"], help="the tiny model served")
+    parser.add_argument("--modes", default=None, help="servers to measure: plain, continuous (comma-separated)")
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
@@ -85,11 +81,6 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-def run(settings: str = "full") -> dict[str, Any]:
-    """The benchmark with its default ``settings``."""
-    return measure(parse_args(settings_argv(settings)))
-
-
 def figures(result: dict[str, Any]) -> list[dict[str, Any]]:
     """The summary rows, one per server: steps/s with 8 requests in flight beside 1 in flight, same episodes."""
     rows = []
@@ -101,11 +92,12 @@ def figures(result: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    emit(measure(args), args.out)
-    return 0
+BENCHMARK = Benchmark(
+    "server", "ServerAgent against a real transformers serve: env steps/s with 8 requests in flight beside 1 "
+    "(needs the serving extra)", measure, figures, quick="fewer, shorter episodes",
+    smoke="the plain server, one-step episodes, 4-token replies: checks the report only", defaults=DEFAULTS,
+    options=options)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(BENCHMARK.main())

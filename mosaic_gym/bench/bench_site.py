@@ -15,14 +15,13 @@ load, which maps the saved index, with search latency; memory added by each env 
 of each async worker with the saved index mapped, beside workers that each build their own.
 
 Usage:
-    python bench/bench_site.py            # sizes 2000 and 10000; corpora of 10,000 and 100,000 documents
-    python bench/bench_site.py --quick    # sizes 300 and 1000, fewer queries and pages; a corpus of 1,000
-    python bench/bench_site.py --smoke    # size 150, a few queries and pages; no corpus
+    python -m mosaic_gym.bench.bench_site            # sizes 2000 and 10000; corpora of 10,000 and 100,000 documents
+    python -m mosaic_gym.bench.bench_site --quick    # sizes 300 and 1000, fewer queries and pages; a corpus of 1,000
+    python -m mosaic_gym.bench.bench_site --smoke    # size 150, a few queries and pages; no corpus
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -33,7 +32,8 @@ from pathlib import Path
 from typing import Any
 
 
-from mosaic_gym.bench.common import add_settings_flags, emit, figure, machine, settings_argv
+from mosaic_gym.bench.common import figure, machine
+from mosaic_gym.bench.registry import Benchmark
 from envs.web import Site
 from envs.web.browser import html_to_view
 from envs.web.builtin import BuiltinSite
@@ -168,17 +168,15 @@ SIZES = {"full": ((2000, 10000), 1000, 1000), "quick": ((300, 1000), 200, 200), 
 CORPORA = {"full": (10_000, 100_000), "quick": (1000,), "smoke": ()}
 
 
-def run(settings: str = "full", seed: int = 0) -> dict[str, Any]:
-    """The whole benchmark as one JSON-ready dict (``settings``: one of :data:`~mosaic_gym.bench.common.SETTINGS`)."""
-    settings_argv(settings)
-    sizes, queries, pages = SIZES[settings]
-    corpora = CORPORA[settings]
+def measure(args: Any) -> dict[str, Any]:
+    """The whole benchmark as one JSON-ready dict, at ``args.settings`` with the site seed ``args.seed``."""
+    sizes, queries, pages = SIZES[args.settings]
     return {
         "bench": "site",
-        "settings": settings,
+        "settings": args.settings,
         "machine": machine(PACKAGES),
-        "sites": [bench_size(size, seed, queries, pages) for size in sizes],
-        "corpora": [bench_corpus(docs, seed) for docs in corpora],
+        "sites": [bench_size(size, args.seed, queries, pages) for size in sizes],
+        "corpora": [bench_corpus(docs, args.seed) for docs in CORPORA[args.settings]],
     }
 
 
@@ -216,16 +214,13 @@ def corpus_figures(c: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_settings_flags(parser, quick="sites of 300 and 1000, fewer queries and pages, a corpus of 1,000 documents",
-                       smoke="a site of 150, a few queries and pages")
-    parser.add_argument("--seed", type=int, default=0, help="builtin site seed")
-    parser.add_argument("--out", type=Path, help="also write the JSON here")
-    args = parser.parse_args(argv)
-    emit(run(args.settings, args.seed), args.out)
-    return 0
+BENCHMARK = Benchmark(
+    "site", "builtin site generation, search and page renders; a BrowseComp-Plus-sized corpus's search index "
+    "beside bm25s's", measure, figures,
+    quick="sites of 300 and 1000, fewer queries and pages, a corpus of 1,000 documents",
+    smoke="a site of 150, a few queries and pages",
+    options=lambda parser: parser.add_argument("--seed", type=int, default=0, help="builtin site seed"))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(BENCHMARK.main())

@@ -16,11 +16,11 @@ Tokens a second count the sequences' real tokens (prompts and generated, no padd
 tokens/s over bare tokens/s. Prints one JSON object (and writes it to ``--out``).
 
 Usage:
-    python bench/bench_trainer.py                   # tiny-3m, 2 episodes of any difficulty
-    python bench/bench_trainer.py --quick           # tiny-1m, 4 one-hop episodes (one session each)
-    python bench/bench_trainer.py --smoke           # tiny-1m, 1 one-hop episode on a site of 150
-    python bench/bench_trainer.py --model tiny-10m --episodes 32 --threads 2
-    python bench/bench_trainer.py --model smollm2 --episodes 4 --hops 1 --window 1024 --lora-rank 16
+    python -m mosaic_gym.bench.bench_trainer             # tiny-3m, 2 episodes of any difficulty
+    python -m mosaic_gym.bench.bench_trainer --quick     # tiny-1m, 4 one-hop episodes (one session each)
+    python -m mosaic_gym.bench.bench_trainer --smoke     # tiny-1m, 1 one-hop episode on a site of 150
+    python -m mosaic_gym.bench.bench_trainer --model tiny-10m --episodes 32 --threads 2
+    python -m mosaic_gym.bench.bench_trainer --model smollm2 --episodes 4 --hops 1 --window 1024 --lora-rank 16
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 from typing import Any, Sequence
 
 
@@ -44,8 +43,8 @@ from algos.learn.config import PGConfig
 from algos.learn.pg import PolicyGradient
 from algos.logprobs import micro_batches
 from algos.rollout import Collector, Request, TrainSequence, session_sequences
-from mosaic_gym.bench.common import (add_settings_flags, emit, figure, fill_defaults, load_bench_model, machine,
-                                     settings_argv, torch_machine)
+from mosaic_gym.bench.common import at_least, figure, load_bench_model, model_report
+from mosaic_gym.bench.registry import Benchmark
 
 ENV_ID = "mosaic/WebQA-v0"
 PACKAGES = ("torch", "transformers", "tokenizers", "gymnasium")
@@ -96,30 +95,19 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_settings_flags(parser, quick="tiny-1m, 4 one-hop episodes, 1 repeat",
-                       smoke="tiny-1m, 1 one-hop episode on a site of 150, 1 repeat")
+def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="a load_model spec: tiny-1m|tiny-3m|tiny-10m|smollm2|folder (default tiny-3m)")
     parser.add_argument("--episodes", type=int, help="teacher-forced oracle episodes (default 2)")
     parser.add_argument("--window", type=int, default=4096, help="the env's session_max_tokens: how long sessions get")
     parser.add_argument("--hops", type=int, help="only tasks of this many hops (default: every task; quick: 1)")
     parser.add_argument("--site-size", type=int, help="builtin site entities (default 300; smoke 150)")
-    parser.add_argument("--repeat", type=int, help="timed passes of each, after a warm-up (default 3)")
-    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--repeat", type=at_least(1), help="timed passes of each, after a warm-up (default 3)")
     parser.add_argument("--lora-rank", type=int, default=0,
                         help="also time the update of a copy of the model with LoRA adapters of this rank (needs peft)")
-    parser.add_argument("--out", type=Path, help="also write the JSON here")
-    args = parser.parse_args(argv)
-    if args.repeat is not None and args.repeat < 1:
-        parser.error("--repeat must be at least 1")
-    return fill_defaults(args, {"full": dict(model="tiny-3m", episodes=2, repeat=3, site_size=300),
-                                "quick": dict(model="tiny-1m", episodes=4, hops=1, repeat=1, site_size=300),
-                                "smoke": dict(model="tiny-1m", episodes=1, hops=1, repeat=1, site_size=150)})
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
-    """The whole benchmark, as ``args`` (from :func:`parse_args`) set it, as one JSON-ready dict."""
+    """The whole benchmark, as ``args`` (its command line's) set it, as one JSON-ready dict."""
     model, tokenizer, device = load_bench_model(args)
     sequences = sequences_from_oracle(model, tokenizer, args, device)
     config = PGConfig(device=device)
@@ -140,13 +128,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     tokens = sum(len(s.token_ids) for s in sequences)
     lora = _lora_row(model, sequences, config, args) if args.lora_rank else {}
     return {
-        "bench": "trainer",
-        "settings": args.settings,
-        "machine": {**machine(PACKAGES), **torch_machine()},
-        "env": ENV_ID,
-        "model": args.model,
-        "parameters": model.num_parameters(),
-        "device": device,
+        **model_report("trainer", args, model, device, PACKAGES, ENV_ID),
         "episodes": args.episodes,
         "window": args.window,
         "hops": args.hops,
@@ -190,11 +172,6 @@ def _lora_row(model: torch.nn.Module, sequences: list[TrainSequence], config: PG
             "lora_update_tokens_per_s": round(tokens / best, 1)}
 
 
-def run(settings: str = "full") -> dict[str, Any]:
-    """The benchmark with its default ``settings`` (``quick``, ``smoke``: tiny-1m, fewer episodes and repeats)."""
-    return measure(parse_args(settings_argv(settings)))
-
-
 def figures(result: dict[str, Any]) -> list[dict[str, Any]]:
     """The summary row: update tokens/s beside a bare forward and backward on the same tokens."""
     return [figure(f"PolicyGradient.update, {result['model']} ({result['sequences']} session sequences)",
@@ -202,11 +179,14 @@ def figures(result: dict[str, Any]) -> list[dict[str, Any]]:
                    result["bare_tokens_per_s"])]
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    emit(measure(args), args.out)
-    return 0
+BENCHMARK = Benchmark(
+    "trainer", "PolicyGradient.update tokens/s beside a bare forward + backward on the same tokens", measure,
+    figures, quick="tiny-1m, 4 one-hop episodes, 1 repeat", smoke="tiny-1m, 1 one-hop episode on a site of 150, "
+    "1 repeat", defaults={"full": dict(model="tiny-3m", episodes=2, repeat=3, site_size=300),
+                          "quick": dict(model="tiny-1m", episodes=4, hops=1, repeat=1, site_size=300),
+                          "smoke": dict(model="tiny-1m", episodes=1, hops=1, repeat=1, site_size=150)},
+    options=options, torch=True)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(BENCHMARK.main())

@@ -11,6 +11,7 @@ Example:
 
 from __future__ import annotations
 
+import argparse
 import importlib.metadata
 import json
 import os
@@ -78,18 +79,38 @@ def fill_defaults(args: Any, defaults: dict[str, dict[str, Any]]) -> Any:
     return args
 
 
+def at_least(low: int, why: str = "") -> Any:
+    """An argparse ``type``: an integer of at least ``low``; else the option's one-line error, ending in ``why``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}{why}, not {value}")
+        return value
+
+    return parse
+
+
 def load_bench_model(args: Any) -> tuple[Any, Any, str]:
-    """``args.threads`` torch threads, then ``args.model`` loaded on the GPU if there is one, else the CPU;
-    returns ``(model, tokenizer, device)``."""
+    """``args.model`` loaded on the GPU if there is one, else the CPU; returns ``(model, tokenizer, device)``."""
     import torch
 
     from agents.models import load_model
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model, tokenizer = load_model(args.model)
     return model.to(device), tokenizer, device
+
+
+def model_report(bench: str, args: Any, model: Any, device: str, packages: Sequence[str], env_id: str
+                 ) -> dict[str, Any]:
+    """The head of a model benchmark's report: its name and settings, the machine (with torch's threads and
+    CUDA device), the env, and the model (``args.model``) with its size and device."""
+    return {"bench": bench, "settings": args.settings, "machine": {**machine(packages), **torch_machine()},
+            "env": env_id, "model": args.model, "parameters": model.num_parameters(), "device": device}
 
 
 def figure(name: str, value: float, unit: str, baseline: str | None = None, baseline_value: float | None = None,

@@ -1,9 +1,9 @@
-"""Run every benchmark in one process, print one table, write ``bench.json`` and the plots.
+"""Run the benchmarks in one process, print one table, write ``bench.json`` and the plots.
 
-Each benchmark module here offers ``run(settings) -> dict`` (its whole JSON report) and ``figures(result)`` (its
-summary rows: a measured value beside its bare baseline, measured in the same run, and their ratio), and still
-runs alone as ``python bench/bench_<name>.py``. This module only runs them in turn and puts their reports and
-rows together; ``mosaic bench`` is its command line (``python bench/suite.py`` is the same command).
+Each benchmark is declared once, as a :class:`~mosaic_gym.bench.registry.Benchmark` in its own module, and
+named in :data:`~mosaic_gym.bench.registry.REGISTRY` (see :mod:`mosaic_gym.bench.registry` for how one is
+written). This module only runs them in turn and puts their reports and summary rows together; ``mosaic bench``
+is its command line (``python -m mosaic_gym.bench.suite`` is the same command).
 
 Example:
     >>> from mosaic_gym.bench.common import figure
@@ -17,7 +17,6 @@ Example:
 from __future__ import annotations
 
 import gc
-import importlib
 import json
 import os
 import sys
@@ -25,35 +24,23 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-
 from mosaic_gym.bench.common import machine, settings_argv
+from mosaic_gym.bench.registry import load, select
 
-# In the order they run: each is the module bench/bench_<name>.py (``mosaic bench --help`` says what each measures).
-BENCHMARKS = ("site", "env", "playwright", "rollout", "trainer", "iteration", "scale", "server")
-TORCH_BENCHMARKS = ("rollout", "trainer", "iteration")
 PACKAGES = ("gymnasium", "numpy", "lxml", "bm25s", "playwright", "torch", "transformers", "tokenizers",
             "matplotlib", "ray")
 
 
-def select(only: Sequence[str] | None) -> list[str]:
-    """The benchmarks to run, in the suite's order; a clear error for an unknown name."""
-    if not only:
-        return list(BENCHMARKS)
-    unknown = [name for name in only if name not in BENCHMARKS]
-    if unknown:
-        raise ValueError(f"unknown benchmark {', '.join(unknown)}: choose among {', '.join(BENCHMARKS)}")
-    return [name for name in BENCHMARKS if name in only]
-
-
 def run_suite(settings: str = "full", only: Sequence[str] | None = None, threads: int | None = None,
               out: Path | None = None, progress: bool = True) -> dict[str, Any]:
-    """Run the chosen benchmarks; with ``out``, write ``out/bench.json`` and the env benchmark's scaling plot.
+    """Run the chosen benchmarks; with ``out``, write ``out/bench.json`` and the benchmarks' plots.
 
     Args:
         settings: every benchmark's settings, one of :data:`~mosaic_gym.bench.common.SETTINGS`: ``full``,
             ``quick`` (about 3 minutes in all on two shared cores) or ``smoke`` (about 2.5 minutes, nearly
             all of it starting processes: Ray, a model server, Chromium; checks the report, not speed).
-        only: names from :data:`BENCHMARKS` (default: all of them).
+        only: names from :data:`~mosaic_gym.bench.registry.REGISTRY` (default: those whose
+            :attr:`~mosaic_gym.bench.registry.Benchmark.suites` hold ``settings``).
         threads: torch CPU threads for the model benchmarks (default: 1 unless ``full``, else torch's choice).
         out: the folder for the results (created if missing).
         progress: a progress bar on stderr.
@@ -70,11 +57,15 @@ def run_suite(settings: str = "full", only: Sequence[str] | None = None, threads
     threads = threads or (None if settings == "full" else 1)
     result: dict[str, Any] = {"bench": "suite", "settings": settings, "machine": machine(PACKAGES), "seconds": {},
                               "figures": [], "benchmarks": {}, "errors": {}, "files": []}
+    plots = {}
     bar = tqdm(names, desc="bench", unit="benchmark", disable=not progress, file=sys.stderr)
     for name in bar:
+        # Each module loads only at its turn: the benchmarks before the first torch one measure memory without it.
+        benchmark = load(name)
+        if not only and settings not in benchmark.suites:
+            continue
         bar.set_postfix_str(name)
-        if name in TORCH_BENCHMARKS and "torch_threads" not in result["machine"]:
-            # Torch loads only now, so that the benchmarks before it measure memory without it.
+        if benchmark.torch and "torch_threads" not in result["machine"]:
             import torch
 
             from mosaic_gym.bench.common import torch_machine
@@ -85,25 +76,24 @@ def run_suite(settings: str = "full", only: Sequence[str] | None = None, threads
             result["machine"].update(torch_machine())
         # What the previous benchmark left (sites hold reference cycles) is collected before the next starts.
         gc.collect()
-        module = importlib.import_module(f"mosaic_gym.bench.bench_{name}")
         start = time.perf_counter()
         try:
-            report = module.run(settings)
+            report = benchmark.run(settings)
         except Exception as err:  # one broken benchmark (say, no Chromium) must not lose the others' results
             result["errors"][name] = f"{type(err).__name__}: {err}"
             continue
         finally:
             result["seconds"][name] = round(time.perf_counter() - start, 1)
         result["benchmarks"][name] = report
-        result["figures"] += [{"bench": name, **row} for row in module.figures(report)]
+        result["figures"] += [{"bench": name, **row} for row in benchmark.figures(report)]
+        if benchmark.plot is not None:
+            plots[name] = benchmark
     bar.close()
     result["machine"]["load_average_1min_after"] = round(os.getloadavg()[0], 2)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        if "env" in result["benchmarks"]:
-            from mosaic_gym.bench.bench_env import plot
-
-            result["files"].append(str(plot(result["benchmarks"]["env"], out / "env_scaling.png")))
+        for name, benchmark in plots.items():
+            result["files"].append(str(benchmark.plot(result["benchmarks"][name], out / benchmark.plot_file)))
         result["files"].insert(0, str(out / "bench.json"))
         (out / "bench.json").write_text(json.dumps(result, indent=2) + "\n")
     return result

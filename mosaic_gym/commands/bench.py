@@ -17,22 +17,24 @@ Run the benchmarks and print one table: every figure beside its bare baseline (t
 ours around it, measured in the same run) and the ratio of the two. OUT/bench.json holds the machine, the
 package versions, every benchmark's full report and the table's rows; OUT/env_scaling.png plots env steps/s
 against site size and per-step cost against context length.
+"""
 
-  site        builtin site generation, search and page renders
-  env         env steps/s on the text backend beside the bare page-render rate
-  playwright  Playwright backend step latency beside a bare browser's, and memory per env
-  rollout     LLMAgent rollout tokens/s beside bare model.generate on the same prompts
-  trainer     PolicyGradient.update tokens/s beside a bare forward + backward on the same tokens
-  iteration   an RL iteration, phase by phase: broadcast, Mosaic (rollout), Mosaic (likelihood), and the
-              study's fork preset (broadcast, Mosaic); peak RSS of a short mosaic train run beside a bare
-              process building the same model
-  scale       Ray env pool steps/s with 1 and 2 workers beside the local pool (Playwright, text), and Ray's
-              overhead per step (needs the ray extra)
-  server      ServerAgent against a real transformers serve: env steps/s with 8 requests in flight beside 1
-              (needs the serving extra)
-
+AFTER_LISTING = """
 Each also runs alone, with more options: python -m mosaic_gym.bench.bench_<name> --help
 """
+
+
+class _WithListing(argparse.RawDescriptionHelpFormatter):
+    """Adds the registered benchmarks, each with its help line, below the description: read from their modules
+    only when the help is printed, since importing them takes seconds (torch)."""
+
+    def add_text(self, text: str | None) -> None:
+        if text == DESCRIPTION:
+            from ..bench.registry import listing
+
+            text = f"{DESCRIPTION}\n{listing()}\n{AFTER_LISTING}"
+        super().add_text(text)
+
 
 EXAMPLES = """examples:
   mosaic bench --quick                      # about 3 minutes on two shared cores
@@ -50,7 +52,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="run the benchmarks: a table of figures beside their bare baselines, JSON and plots",
         description=DESCRIPTION,
         epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_WithListing,
     )
     add_settings_flags(p, quick="small settings: about 3 minutes on two shared cores, half of it starting Ray "
                                 "workers and a model server (twice)",
@@ -58,9 +60,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                              "starting processes (Ray, a model server, Chromium, the memory run's); checks that "
                              "every benchmark runs and reports, its figures are too short to trust")
     p.add_argument("--only", type=lambda text: [n.strip() for n in text.split(",") if n.strip()], default=None,
-                   metavar="NAME,...", help="run only these benchmarks, e.g. env,trainer (default: all)")
+                   metavar="NAME,...", help="run only these benchmarks, e.g. env,trainer (default: every "
+                                            "one listed above that is part of the chosen run)")
     p.add_argument("--threads", type=int, default=None,
-                   help="torch CPU threads for rollout and trainer (default: 1 with --quick or --smoke, "
+                   help="torch CPU threads for the model benchmarks (default: 1 with --quick or --smoke, "
                         "else torch's choice)")
     p.add_argument("--out", type=Path, default=Path("bench-results"), metavar="DIR",
                    help="folder for bench.json and the PNG plot (default: bench-results)")
@@ -70,9 +73,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..bench import suite
+    from ..bench.registry import select
 
     try:
-        suite.select(args.only)
+        select(args.only)
     except ValueError as err:
         print(f"mosaic bench: {err}", file=sys.stderr)
         return 2
