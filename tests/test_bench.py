@@ -91,3 +91,13 @@ def test_benchmarks_outside_the_plain_run_report_with_only(tmp_path):
     actions = result["benchmarks"]["actions"]
     assert actions["config"]["per_class"] == 1 and actions["exceptions"] == 0
     assert {row["bench"] for row in result["figures"]} == {"html", "actions"}
+
+
+def test_the_help_lists_every_registered_benchmark_from_its_declaration(capsys):
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    printed = capsys.readouterr().out
+    for name in REGISTRY:
+        line = next(line for line in printed.splitlines() if line.startswith(f"  {name} "))
+        assert load(name).help.split()[0] in line
+    assert " ".join(printed.split()).count("(only with --only)") == 3  # html, actions, credit
