@@ -49,8 +49,8 @@ def test_the_template_renders_messages_as_the_transcript_token_for_token(saved, 
 
 
 def test_a_tiny_model_folder_gets_no_worked_example_by_default(saved):
-    """``--examples auto`` shows the worked exchange to instruct models only: a tiny model's transcript template
-    does not make it one."""
-    args = argparse.Namespace(agent=str(saved[0]), examples="auto", mode="generate", temperature=0.0, seed=0,
-                              max_new_tokens=8, model=None)
+    """``--examples auto`` (the older spelling; ``--prompt-examples`` is off by default) shows the worked exchange
+    to instruct models only: a tiny model's transcript template does not make it one."""
+    args = argparse.Namespace(agent=str(saved[0]), prompt_examples="auto", mode="generate", temperature=0.0, seed=0,
+                              max_new_tokens=8, model="tiny-1m", length_normalize=True, device="cpu", given=())
     assert build_agent(args, env=None).examples == []

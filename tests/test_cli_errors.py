@@ -66,7 +66,9 @@ def test_a_hub_id_offline_is_one_line_and_no_download(tmp_path, capsys, monkeypa
 @pytest.mark.parametrize("argv, fragment", [
     (["--ks", "1,x"], "--ks: '1,x' is not a comma-separated list of integers"),
     (["--ts", "0"], "--ts: '0': give positive integers"),
-    (["--tasks", "0"], "--tasks must be at least 1"),
+    (["--tasks", "0"], "--eval-tasks must be at least 1"),  # (--tasks: the older spelling)
+    (["--eval-tasks", "0"], "argument --eval-tasks: '0': give how many test tasks to evaluate on"),
+    (["--config", "no-such.toml"], "--config no-such.toml: cannot read it"),
     (["--site-size", "5"], "site_size must be a whole number >= 60"),
     (["--env-kwargs", '{"max_step": 3}'], "did you mean 'max_steps'"),
     (["--env-kwargs", "{oops"], "--env-kwargs is not valid JSON"),

@@ -39,27 +39,36 @@ class ConfigError(ValueError):
     """A run's ``config.json`` that is missing or unreadable, or settings that contradict it; one line."""
 
 
+def _setting(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING, help: str) -> Any:
+    """A field with its one line of help (``metadata["help"]``): what ``mosaic train --help`` says of its flag."""
+    return field(default=default, default_factory=factory, metadata={"help": help})
+
+
 @dataclass
 class PGConfig:
     """Learner settings (CleanRL-style: one line each)."""
 
-    lr: float = 3e-4  # AdamW learning rate
-    weight_decay: float = 0.0  # AdamW weight decay
-    clip_eps: float = 0.2  # PPO/GRPO clip range of the per-token importance ratio
-    kl_coef: float = 0.0  # weight of the k3 KL to a frozen reference copy of the initial model (0: none)
-    epochs: int = 1  # passes over each batch; after the first step, ratios differ from 1 and clipping bites
-    minibatches: int = 1  # optimizer steps per epoch, each on its own share of the batch (PPO's minibatches)
-    target_kl: float | None = None  # stop the update's steps once the KL measured after a step passes 1.5x this
-    entropy_coef: float = 0.0  # weight of an entropy bonus (per choice or per generated token) in the loss
-    micro_batch_tokens: int = 8192  # padded tokens per forward/backward (gradient accumulation fits memory)
-    max_grad_norm: float = 1.0  # gradient clipping
-    advantage: str = "broadcast"  # "broadcast" or "mosaic"
-    normalize_std: bool = True  # False: Dr. GRPO (no division by the group's reward std)
-    lambda_use: float = 0.5  # Mosaic: weight of the session-usage term
-    beta: float = 0.5  # Mosaic: weight of the session-level marginal-contribution term
-    adv_clip: float = 5.0  # Mosaic: advantages clipped to [-adv_clip, adv_clip]
-    device: str = "cpu"  # "cpu", "cuda", "cuda:1", ...
-    dtype: str = "float32"  # "float32" or "bfloat16" (GPU)
+    lr: float = _setting(3e-4, help="RL learning rate (AdamW)")
+    weight_decay: float = _setting(0.0, help="AdamW weight decay of the RL optimizer")
+    clip_eps: float = _setting(0.2, help="PPO/GRPO clip range of the per-token importance ratio")
+    kl_coef: float = _setting(0.0, help="weight of the k3 KL to a frozen copy of the initial model (0: off)")
+    # (epochs: after the first step, ratios differ from 1 and clipping bites)
+    epochs: int = _setting(1, help="PPO passes over each iteration's batch")
+    minibatches: int = _setting(1, help="optimizer steps per epoch, each on its own share of the batch")
+    target_kl: float | None = _setting(None, help="stop an update's steps once the KL measured after a step "
+                                                  "passes 1.5x this (none: no early stop)")
+    entropy_coef: float = _setting(0.0, help="weight of the entropy bonus (per choice, or per token in generate "
+                                             "mode)")
+    micro_batch_tokens: int = _setting(8192, help="padded tokens per forward/backward (gradient accumulation: "
+                                                  "lower it to fit memory)")
+    max_grad_norm: float = _setting(1.0, help="gradient clipping norm")
+    advantage: str = _setting("broadcast", help="credit assignment (set by TrainConfig.algo)")
+    normalize_std: bool = _setting(True, help="divide advantages by the group's reward std (off: Dr. GRPO)")
+    lambda_use: float = _setting(0.5, help="Mosaic: weight of the session-usage term")
+    beta: float = _setting(0.5, help="Mosaic: weight of the session-level marginal-contribution term")
+    adv_clip: float = _setting(5.0, help="Mosaic: advantages clipped to [-adv_clip, adv_clip]")
+    device: str = _setting("cpu", help="torch device: cpu, cuda, cuda:1, mps, ...")
+    dtype: str = _setting("float32", help="training dtype: float32, or bfloat16 (GPU)")
 
     def __post_init__(self):
         if self.advantage not in ALGORITHMS:
@@ -79,72 +88,95 @@ class PGConfig:
 class TrainConfig:
     """Everything ``mosaic train`` can set. Defaults: the embedded CPU demo (a tiny model, easy tasks)."""
 
-    algo: str = "mosaic"  # credit assignment: "broadcast" or "mosaic"
-    env_id: str = "mosaic/WebQA-v0"  # environment id
-    env_kwargs: dict = field(default_factory=lambda: {
+    algo: str = _setting("mosaic", help="credit assignment: broadcast or mosaic")
+    env_id: str = _setting("mosaic/WebQA-v0", help="environment id")
+    # A window that holds a search and one page, so two sessions are needed: search and read, compact (the env
+    # asks; the policy picks the complete or a lossy summary), then answer from the summary; at T=5 only the
+    # complete summary leaves the steps to answer (the session decision decides the reward: docs/results.md)
+    env_kwargs: dict = _setting(factory=lambda: {
         "site_size": 600, "hops": 1, "max_steps": 5, "candidates": True, "session_max_tokens": 600,
-        "summary_choices": True})  # gym.make kwargs: a window that holds a search and one page, so two sessions
-    # are needed: search and read, compact (the env asks; the policy picks the complete or a lossy summary), then
-    # answer from the summary; at T=5 only the complete summary leaves the steps to answer (the session decision
-    # decides the reward: docs/results.md)
-    model: str = "tiny-1m"  # tiny-100k | tiny-1m | tiny-3m | tiny-10m | smollm2 | a folder | a hub id
-    mode: str = "choose"  # LLMAgent mode: "choose" (score candidates) or "generate" (free text)
-    temperature: float = 1.0  # sampling temperature of the RL rollouts (mosaic train --rl-temperature)
-    eval_temperature: float | None = None  # sampling temperature of held-out evaluation (None: as in RL)
-    eval_greedy: bool = True  # also held-out success at temperature 0 (one run per test task: it is deterministic)
-    length_normalize: bool = True  # choose mode: score a candidate by its mean token log-prob, not the sum (so a
-    # long candidate, such as a fork's sub-question or the complete summary, is not less likely for its length
-    # alone: summed, the warm start put P(complete summary) at 0.003, docs/findings.md)
-    max_new_tokens: int = 128  # generate mode: a step's tokens stop at the first complete call, or here
-    prompt_examples: bool = False  # put envs.prompts.EXAMPLE_EXCHANGE (a worked exchange) in every prompt: shows a
-    # pretrained instruct model the call format (its tokens are the agent's, outside the env's window)
-    lora_rank: int = 0  # train LoRA adapters of this rank (peft) instead of every weight (0: full fine-tuning)
-    bc_episodes: int = 100  # oracle demonstrations for the warm start (0: no warm start)
-    bc_epochs: int = 2  # passes over the demonstrations
-    bc_lr: float = 2e-3  # warm-start learning rate
-    bc_compact_at: float | None = None  # oracle compacts past this fraction of the window (None: when asked)
-    bc_fork: bool = True  # oracle forks one subagent per sub-question
-    bc_max_steps: int | None = 12  # step budget of the demonstrations (None: the env's); a larger one lets the
-    # oracle's recoveries (after an error or a lossy summary) succeed, so they are cloned
-    bc_styles: list | None = field(default_factory=lambda: [{"lossy_summary": 0.5}])  # varied demonstrations: oracle
-    # styles used in turn, each a dict of OracleAgent knobs ({"compact_at": 0.5, "fork": False, "error_rate": 0.1,
-    # "lossy_summary": 0.5}); None: one style, bc_compact_at/bc_fork. The default takes the lossy summary half the
-    # time (then reads again), so the warm start leaves the summary decision near P(complete) = 0.35-0.5 for RL
-    iterations: int = 10  # RL iterations (one PPO update each); the probe passes 0.9 after about 7 (docs/results.md)
-    tasks_per_iter: int = 6  # groups per iteration
-    log_groups: int = 2  # groups per iteration whose trajectories are logged to out/trajectories/ (0: none)
-    group_size: int = 8  # trajectories per group (one task, one budget)
-    dynamic_sampling: int = 0  # DAPO-style: draw groups (tasks_per_iter at a time) until this many have unequal
-    # rewards, and train on those alone (0: off, every drawn group is trained on)
-    dynamic_max_draws: int = 4  # dynamic sampling: at most this many rounds of tasks_per_iter groups per iteration
-    probe: str | None = "auto"  # "summary": P(complete summary) at fixed compaction states after every iteration;
-    # "auto": that probe where the env offers summaries to choose from (choose mode, summary_choices), none elsewhere
-    probe_states: int = 32  # how many fixed states the probe measures (one per training task, at most)
-    budgets: str | None = None  # BudgetMix spec ("8", "4,8,16", "log:4-32", "schedule:0=4,20=8"); None: env's
-    estimator: str = "rollout"  # Mosaic's marginal contribution: "rollout" or "likelihood"
-    continuations: int = 2  # Mosaic rollout estimator: continuations M per session boundary
-    # Mosaic rollout estimator: the root chain's start, V(reset): "rollout" (M continuations per trajectory) or
-    # "group_rollout" (M per group, shared: every trajectory of a group resets to the same state)
-    root_start: str = "rollout"
-    eval_episodes: int = 4  # held-out runs per test task for the success rate
-    eval_tasks: int | None = None  # held-out evaluation on the first N test tasks only (None: every test task); for
-    # quick checks: the full held-out success needs every task
-    eval_initial: bool = False  # also measure held-out success before the warm start
-    eval_budgets: list | None = None  # also held-out Pass@(1,T) at these budgets T, after warm start and RL
+        "summary_choices": True}, help="gym.make kwargs of the env (the demo: a 600-entity site, one-hop tasks, "
+                                       "T=5, a 600-token window, summary choices)")
+    model: str = _setting("tiny-1m", help="the policy model: tiny-100k | tiny-1m | tiny-3m | tiny-10m | smollm2 | "
+                                          "a folder | a hub id")
+    mode: str = _setting("choose", help="choose: score the env's candidate actions; generate: free text "
+                                        "(pretrained models)")
+    temperature: float = _setting(1.0, help="sampling temperature of the policy's rollouts (choose mode: "
+                                            "softmax(score / T); 0: greedy)")
+    eval_temperature: float | None = _setting(None, help="sampling temperature of held-out evaluation (none: "
+                                                         "the rollouts' temperature)")
+    eval_greedy: bool = _setting(True, help="also held-out success at temperature 0 (one run per test task: it "
+                                            "is deterministic)")
+    # (length_normalize: so a long candidate, such as a fork's sub-question or the complete summary, is not less
+    # likely for its length alone: summed, the warm start put P(complete summary) at 0.003, docs/findings.md)
+    length_normalize: bool = _setting(True, help="choose mode: score a candidate by its mean token log-prob "
+                                                 "(off: the sum)")
+    max_new_tokens: int = _setting(128, help="generate mode: a step's tokens stop at its first complete call, "
+                                             "or after this many")
+    # (prompt_examples: envs.prompts.EXAMPLE_EXCHANGE; its tokens are the agent's, outside the env's window)
+    prompt_examples: bool = _setting(False, help="show the model a worked exchange before each session (the "
+                                                 "call format, for pretrained instruct models)")
+    lora_rank: int = _setting(0, help="train LoRA adapters of this rank (needs peft) instead of every weight "
+                                      "(0: full fine-tuning)")
+    bc_episodes: int = _setting(100, help="oracle demonstrations of the warm start (0: no warm start)")
+    bc_epochs: int = _setting(2, help="warm-start passes over the demonstrations")
+    bc_lr: float = _setting(2e-3, help="warm-start learning rate")
+    bc_compact_at: float | None = _setting(None, help="the demonstrating oracle compacts past this fraction of "
+                                                      "the window (none: only when the env asks)")
+    bc_fork: bool = _setting(True, help="the demonstrating oracle forks one subagent per sub-question")
+    # (bc_max_steps: a larger one lets the oracle's recoveries, after an error or a lossy summary, succeed, so
+    # they are cloned)
+    bc_max_steps: int | None = _setting(12, help="step budget of the demonstrations (none: the env's)")
+    # bc_styles: the default takes the lossy summary half the time (then reads again), so the warm start leaves
+    # the summary decision near P(complete) = 0.35-0.5 for RL
+    bc_styles: list | None = _setting(factory=lambda: [{"lossy_summary": 0.5}], help=(
+        "varied demonstrations: oracle styles used in turn, each a dict of OracleAgent knobs (compact_at, fork, "
+        "error_rate, lossy_summary), as JSON; none: one style, --bc-compact-at and --bc-fork"))
+    iterations: int = _setting(10, help="RL iterations (one PPO update each)")  # the probe passes 0.9 after
+    # about 7 (docs/results.md)
+    tasks_per_iter: int = _setting(6, help="groups per RL iteration")
+    log_groups: int = _setting(2, help="groups per iteration whose trajectories go to OUT/trajectories/ (mosaic "
+                                       "view OUT; 0: none)")
+    group_size: int = _setting(8, help="trajectories per group (G: one task, one budget)")
+    dynamic_sampling: int = _setting(0, help="DAPO-style: draw groups until this many have unequal rewards, and "
+                                             "train on those alone (0: off)")
+    dynamic_max_draws: int = _setting(4, help="dynamic sampling: at most this many rounds of tasks_per_iter "
+                                              "groups per iteration")
+    probe: str | None = _setting("auto", help="log P(right session decision) at fixed states after every "
+                                              "iteration; summary: P(complete summary) at a forced compaction "
+                                              "(needs choose mode and summary choices); auto: that one wherever "
+                                              "the env offers summaries to choose from; none: off")
+    probe_states: int = _setting(32, help="fixed states the probe measures (one per training task, at most)")
+    budgets: str | None = _setting(None, help="BudgetMix: '8' fixed, '4,8,16' uniform set, 'log:4-32' "
+                                              "log-uniform, 'schedule:0=4,20=8' (none: the env's max_steps)")
+    estimator: str = _setting("rollout", help="Mosaic: how marginal contributions are estimated")
+    continuations: int = _setting(2, help="Mosaic rollout estimator: continuations M per session boundary")
+    root_start: str = _setting("rollout", help="Mosaic rollout estimator: V(reset) from M continuations per "
+                                               "trajectory (rollout), or M per group, shared (group_rollout)")
+    eval_episodes: int = _setting(4, help="held-out runs per test task")
+    eval_tasks: int | None = _setting(None, help="evaluate on N test tasks only, for quick checks (none: every "
+                                                 "test task)")
+    eval_initial: bool = _setting(False, help="also measure held-out success (and parse rate) before the warm "
+                                              "start")
+    eval_budgets: list | None = _setting(None, help="also held-out Pass@(1,T) at these step budgets T after warm "
+                                                    "start and RL, e.g. 4,8,16")
     # Envs stepped side by side, their contexts acting as one batch. 24, not 48: on 2 cores a run took as long
     # either way and peaked at 1.3 GB against 1.8 (docs/performance.md); more pays where a GPU batches.
-    num_envs: int = 24
-    seed: int = 0  # seeds everything
-    out: str = "runs/train"  # run folder: config, model, checkpoint, metrics, plot
-    resume: bool = False  # continue from out/checkpoint.pt
-    ray: str | None = None  # env workers on Ray: "local" (ray.init()), a cluster address, or None (in-process)
-    warm_start_from: str | None = None  # a finished warm-start-only run (iterations=0) whose warm start this run
-    # continues from, exactly as if it had computed it (settings but WARM_START_FREE must match); None: its own
-    pg: PGConfig = field(default_factory=lambda: PGConfig(lr=1e-3, micro_batch_tokens=2048, epochs=2, minibatches=2,
-                                                          target_kl=0.03))  # learner settings: PPO, 2 epochs of 2
-    # minibatches with a target KL (KL 0.02-0.04 per update; one step of one epoch has no trust region). 2,048 padded
-    # tokens per micro-batch: the same gradient as larger ones up to rounding, a third of the memory and 1.4-2.6x
-    # the speed of 32,768 on CPU (docs/performance.md)
+    num_envs: int = _setting(24, help="envs stepped side by side (their contexts one batch)")
+    seed: int = _setting(0, help="seeds everything")
+    out: str = _setting("runs/train", help="run folder: config, model, checkpoint, metrics, plot")
+    resume: bool = _setting(False, help="continue the run in out from its checkpoint")
+    ray: str | None = _setting(None, help="env workers on Ray: local (ray.init()), a cluster address (auto, "
+                                          "HOST:6379, ray://HOST:10001), or none (in-process)")
+    # (warm_start_from: settings but WARM_START_FREE must match)
+    warm_start_from: str | None = _setting(None, help="start RL from the warm start of this finished "
+                                                      "warm-start-only run (iterations 0), as if computed here "
+                                                      "(arms of a comparison share one warm start)")
+    # The learner: PPO, 2 epochs of 2 minibatches with a target KL (KL 0.02-0.04 per update; one step of one epoch
+    # has no trust region). 2,048 padded tokens per micro-batch: the same gradient as larger ones up to rounding, a
+    # third of the memory and 1.4-2.6x the speed of 32,768 on CPU (docs/performance.md)
+    pg: PGConfig = _setting(factory=lambda: PGConfig(lr=1e-3, micro_batch_tokens=2048, epochs=2, minibatches=2,
+                                                     target_kl=0.03), help="learner settings (PGConfig)")
 
     @property
     def summary_decision(self) -> bool:

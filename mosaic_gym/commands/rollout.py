@@ -8,7 +8,8 @@ import sys
 
 from envs.pool import PoolEnv
 
-from .common import HelpFormatter, add_agent_args, add_env_args, add_scale_args, build_agent, make_env, make_pool
+from .common import (Given, HelpFormatter, add_agent_args, add_config_flag, add_env_args, add_flags, add_scale_args,
+                     apply_config, at_least, build_agent, make_env, make_pool, wants_candidates)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -18,23 +19,28 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description="Run an agent in an env and print every step: the session, the action, what came back.",
         formatter_class=HelpFormatter,
     )
+    add_config_flag(p)
     add_env_args(p)
-    p.add_argument("--agent", default="oracle",
-                   help="oracle | random | a model (tiny-1m, smollm2, a folder) | a server URL (with --model)")
-    add_agent_args(p)
-    p.add_argument("--episodes", type=int, default=1, help="how many episodes")
-    p.add_argument("--seed", type=int, default=0, help="seed of the first episode (then seed+1, ...)")
-    p.add_argument("--full", action="store_true", help="print whole observations, not their last lines")
-    p.add_argument("--out", metavar="DIR", default=None,
-                   help="also log every trajectory to DIR/rollout.traj.jsonl.gz (see it with mosaic view DIR)")
+    g = p.add_argument_group("agent")
+    add_agent_args(g)
+    add_flags(g, ("seed",), {"seed": "(the first episode's; then seed+1, ...)"})
+    r = p.add_argument_group("the rollout")
+    r.add_argument("--episodes", type=at_least(1, "give --episodes 1 or more"), default=1, action=Given,
+                   help="how many episodes")
+    r.add_argument("--full", nargs=0, const=True, default=False, action=Given,
+                   help="print whole observations, not their last lines")
+    add_flags(r, ("out",), {"out": "(default: none): also log every trajectory to DIR/rollout.traj.jsonl.gz (see "
+                                   "it with mosaic view DIR)"})
     add_scale_args(p)
-    p.set_defaults(run=run)
+    p.set_defaults(run=run, given=(), given_as={})
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        env = make_env(args, **({"candidates": True} if args.mode == "choose" else {}))
-    except (TypeError, ValueError) as err:  # a bad env kwarg or value, explained by the env
+        apply_config(args)
+        candidates = {"candidates": True} if wants_candidates(args) else {}
+        env = make_env(args, **candidates)
+    except (TypeError, ValueError) as err:  # a bad env kwarg or value, explained by the env; a bad --config
         print(f"mosaic rollout: {err}", file=sys.stderr)
         return 2
     try:
@@ -49,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     from envs.pool import PoolError
 
     log = logs.TrajectoryLog(f"{args.out}/rollout{logs.SUFFIX}") if args.out else None
-    stepper = PoolEnv(make_pool(args, 1, **({"candidates": True} if args.mode == "choose" else {}))) if args.ray else env  # with --ray the env steps on a Ray worker
+    stepper = PoolEnv(make_pool(args, 1, **candidates)) if args.ray else env  # with --ray: on a Ray worker
     try:
         wins = _episodes(args, agent, stepper, log)
     except (ServerError, PoolError) as err:  # an inference server that stopped answering or answered nonsense; Ray

@@ -12,7 +12,9 @@ from envs.web.progress import progress_bar
 from envs.web import load_site, server
 from envs.web.corpus import TASKS_FILE, page_file, write_tasks
 
-from .common import HelpFormatter
+from .common import HelpFormatter, add_flags
+
+PORT = 8001  # (8000: transformers serve and vLLM; 8002: mosaic view)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -36,10 +38,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     build.add_argument("--out", required=True, type=Path, metavar="DIR", default=argparse.SUPPRESS,
                        help="folder to write (created if missing)")
-    build.add_argument("--site", default="builtin", metavar="builtin|PATH",
-                       help="'builtin' or the path of a corpus to export")
-    build.add_argument("--site-seed", type=int, default=0, metavar="N", help="which builtin site")
-    build.add_argument("--site-size", type=int, default=2000, metavar="N", help="entities of the builtin site")
+    add_flags(build, ("site", "site_seed", "site_size"), {"site_size": "(default: the builtin site's, 2000)"})
     build.add_argument("--force", action="store_true",
                        help="write into --out even if it is not empty (files already there stay)")
 
@@ -48,11 +47,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="serve a site folder on http://127.0.0.1:PORT",
         description="Serve a site folder (from `mosaic site build`, or a corpus of HTML files) on 127.0.0.1, "
         "with a live search page at /search?q=... . Only this machine can connect. Ctrl-C stops.",
-        epilog="example: mosaic site serve site-0 --port 8000",
+        epilog=f"example: mosaic site serve site-0 --port {PORT}",
         formatter_class=HelpFormatter,
     )
     serve.add_argument("dir", type=Path, metavar="DIR", help="the site folder")
-    serve.add_argument("--port", type=int, default=8000, metavar="N", help="port on 127.0.0.1 (0: any free port)")
+    serve.add_argument("--port", type=int, default=PORT, metavar="N",
+                       help="port on 127.0.0.1 (0: any free port; 8000 is left to inference servers, 8002 to mosaic "
+                            "view)")
     p.set_defaults(run=run)
 
 
@@ -68,7 +69,8 @@ def build(args: argparse.Namespace) -> int:
     out: Path = args.out
     if out.is_dir() and any(out.iterdir()) and not args.force:
         raise ValueError(f"{out} is not empty; choose a new folder, or pass --force to write into it")
-    site = load_site(args.site, site_seed=args.site_seed, site_size=args.site_size)
+    size = {} if args.site_size is None else {"site_size": args.site_size}
+    site = load_site(args.site, site_seed=args.site_seed, **size)
     paths = [doc.path for doc in site.documents()]
     if "/" not in paths and site.page_html("/") is not None:
         paths.insert(0, "/")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import HelpFormatter, at_least, quiet_progress
+from .common import HelpFormatter, add_flags, at_least, quiet_progress
 
 DESCRIPTION = """\
 Run one claim of the study: both arms from the same warm start, with several seeds, then a results JSON,
@@ -45,13 +45,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--log-groups", type=at_least(0, "give 0 or more groups (0: none)"), default=None,
                    help="groups per iteration each run logs to its trajectories/ (default: mosaic train's; see "
                         "them with mosaic view OUT)")
-    p.add_argument("--out", default="runs/study", help="the study's folder (runs and results)")
+    add_flags(p, ("out",), {"out": "(default: runs/study): the study's folder (runs and results)"})
     p.add_argument("--summary-only", action="store_true", help="rebuild the results from finished runs; run nothing")
-    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    add_flags(p, ("no_progress",))
     p.set_defaults(run=run)
 
 
+PRESET_OVERRIDES = ("iterations", "log_groups")
+"""The flags of ``mosaic train`` that ``mosaic study`` takes too, unset by default: each run then keeps its
+preset's value (:data:`algos.study.PRESETS`), not ``mosaic train``'s default."""
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.out is None:
+        args.out = "runs/study"
     with quiet_progress(args.no_progress):
         return _run(args)
 

@@ -1,63 +1,118 @@
 """``mosaic train``: warm start, then broadcast or Mosaic policy gradient; held-out success before and after.
 
+Every setting of :class:`algos.learn.config.TrainConfig` (and of its learner, :class:`~algos.learn.config.PGConfig`)
+is a flag named after it (``bc_lr`` -> ``--bc-lr``, ``pg.lr`` -> ``--lr``), with the help and default of its
+field; the env's kwargs are the env flags (``--site-size``, ``--hops``, ...) and ``--env-kwargs``. ``--config FILE``
+reads settings from a TOML, YAML or JSON file (a run's ``config.json`` too) whose keys are the setting names;
+flags given beside it win. The run writes its settings to ``OUT/config.json``.
+
 ``--resume`` continues the run in ``--out`` with the settings in its ``config.json``, not the command line's
-defaults: a flag given explicitly must agree with them (``--iterations`` may change, see
-:data:`algos.learn.config.RESUMABLE`); one that contradicts them is an error naming the flag and both values.
+defaults: a flag given explicitly (or a setting of ``--config``) must agree with them (``--iterations`` may change,
+see :data:`algos.learn.config.RESUMABLE`); one that contradicts them is an error naming the flag and both values.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
+import dataclasses
+import difflib
 import json
 import os
 import sys
 import warnings
 from pathlib import Path
+from typing import Any
 
-from .common import HelpFormatter, at_least, budgets, device, fraction, hops, parse_hops, quiet_progress
+from .common import (ENV_FLAGS, Flag, Given, HelpFormatter, add_flags, at_least, budgets, fraction, help_of,
+                     int_list, json_value, non_negative, optional, parse_hops, positive, quiet_progress,
+                     read_env_kwargs, shared_flags, temperature)
 
-# The settings (dotted TrainConfig fields) each flag sets: what --resume checks a flag given explicitly against.
-SETS = {
-    "algo": ("algo",), "env": ("env_id",), "site": ("env_kwargs.site",), "site_size": ("env_kwargs.site_size",),
-    "site_seed": ("env_kwargs.site_seed",), "hops": ("env_kwargs.hops",), "max_steps": ("env_kwargs.max_steps",),
-    "session_max_tokens": ("env_kwargs.session_max_tokens",), "budgets": ("budgets",), "model": ("model",),
-    "mode": ("mode", "env_kwargs.candidates"), "group_size": ("group_size",), "tasks_per_iter": ("tasks_per_iter",),
-    "iterations": ("iterations",), "estimator": ("estimator",), "continuations": ("continuations",),
-    "root_start": ("root_start",),
-    "lambda_use": ("pg.lambda_use",), "beta": ("pg.beta",), "dr_grpo": ("pg.normalize_std",), "lr": ("pg.lr",),
-    "kl_coef": ("pg.kl_coef",), "micro_batch_tokens": ("pg.micro_batch_tokens",), "bc_episodes": ("bc_episodes",),
-    "bc_epochs": ("bc_epochs",), "bc_compact_at": ("bc_compact_at",), "eval_episodes": ("eval_episodes",),
-    "eval_tasks": ("eval_tasks",),
-    "num_envs": ("num_envs",), "device": ("pg.device",), "dtype": ("pg.dtype",), "seed": ("seed",),
-    "temperature": ("temperature",), "length_normalize": ("length_normalize",),
-    "max_new_tokens": ("max_new_tokens",),
-    "prompt_examples": ("prompt_examples",), "lora_rank": ("lora_rank",),
-    "log_groups": ("log_groups",), "bc_lr": ("bc_lr",), "eval_initial": ("eval_initial",),
-    "eval_temperature": ("eval_temperature",), "eval_greedy": ("eval_greedy",), "epochs": ("pg.epochs",),
-    "minibatches": ("pg.minibatches",), "clip_eps": ("pg.clip_eps",), "target_kl": ("pg.target_kl",),
-    "entropy_coef": ("pg.entropy_coef",), "max_grad_norm": ("pg.max_grad_norm",),
-    "dynamic_sampling": ("dynamic_sampling",), "dynamic_max_draws": ("dynamic_max_draws",), "probe": ("probe",),
-    "probe_states": ("probe_states",), "summary_choices": ("env_kwargs.summary_choices",),
-    "bc_max_steps": ("bc_max_steps",),
-}  # (a --no-X flag sets X's dest, so it is checked as X)  # and --env-kwargs: each key of its JSON, env_kwargs.KEY
+# The shared flags that are settings of the run, and what they set (dotted TrainConfig names).
+SHARED_SETTINGS = {
+    "env": "env_id", "model": "model", "mode": "mode", "temperature": "temperature",
+    "max_new_tokens": "max_new_tokens", "prompt_examples": "prompt_examples", "length_normalize": "length_normalize",
+    "device": "pg.device", "seed": "seed", "eval_episodes": "eval_episodes", "eval_tasks": "eval_tasks",
+    "num_envs": "num_envs", "ray": "ray", "out": "out",
+    "site": "env_kwargs.site", "site_seed": "env_kwargs.site_seed", "site_size": "env_kwargs.site_size",
+    "hops": "env_kwargs.hops", "max_steps": "env_kwargs.max_steps",
+    "session_max_tokens": "env_kwargs.session_max_tokens", "summary_choices": "env_kwargs.summary_choices",
+    "backend": "env_kwargs.backend",
+}
+# How the train-only settings' text is read, beyond what their type says (int, float, str, bool).
+PARSERS = {
+    "eval_temperature": optional(temperature), "lora_rank": at_least(0, "give --lora-rank 0 (train every weight) "
+                                                                     "or more"),
+    "bc_compact_at": optional(fraction), "bc_max_steps": optional(at_least(1, "give --bc-max-steps 1 or more")),
+    "bc_styles": optional(json_value), "iterations": at_least(0, "give 0 or more RL iterations"),
+    "log_groups": at_least(0, "give how many groups per iteration to log, 0 (none) or more"),
+    "dynamic_sampling": at_least(0, "give --dynamic-sampling 0 (off) or more"),
+    "dynamic_max_draws": at_least(1, "give --dynamic-max-draws 1 or more"),
+    "probe_states": at_least(1, "give --probe-states 1 or more"), "budgets": optional(budgets),
+    "continuations": at_least(1, "the rollout estimator needs at least 1 continuation per session boundary; give "
+                                 "--continuations 1 or more (default 2)"),
+    "eval_budgets": optional(int_list), "warm_start_from": optional(str),
+    "pg.clip_eps": positive, "pg.target_kl": optional(positive), "pg.entropy_coef": non_negative,
+    "pg.max_grad_norm": positive, "pg.weight_decay": non_negative, "pg.adv_clip": positive,
+    "pg.epochs": at_least(1, "give --epochs 1 or more"), "pg.minibatches": at_least(1, "give --minibatches 1 or more"),
+}
+CHOICES = {"algo": None, "probe": ("auto", "summary", "none"), "estimator": ("rollout", "likelihood"),
+           "root_start": ("rollout", "group_rollout"), "pg.dtype": ("float32", "bfloat16")}
+METAVARS = {"bc_styles": "JSON", "eval_budgets": "T,T,...", "warm_start_from": "RUN", "budgets": "SPEC"}
+DERIVED = {"pg.advantage": "--algo", "env_kwargs": "--env-kwargs and the env flags",
+           "env_kwargs.candidates": "--mode (choose: on)"}
+"""Settings no flag of their own sets, and the flags that set them."""
+NOT_FLAGS = ("resume",)  # a flag, but no setting: how the run starts
 
 
-class _Given(argparse.Action):
-    """Stores the flag's value and notes that it was given, so that ``--resume`` can tell it from a default.
+def train_flags() -> list[tuple[Flag, str]]:
+    """Every flag of ``mosaic train`` that sets a setting, with the setting (dotted) it sets: one per field of
+    TrainConfig and PGConfig (but :data:`DERIVED`), named after it, with its help and default."""
+    from algos.credit.advantages import ALGORITHMS
+    from algos.learn.config import PGConfig, TrainConfig
 
-    A flag without a value (``nargs=0``) stores its ``const``.
-    """
+    shared = shared_flags()
+    by_setting = {setting: key for key, setting in SHARED_SETTINGS.items()}
+    d = TrainConfig()
+    choices = {**CHOICES, "algo": ALGORITHMS}
+    out: list[tuple[Flag, str]] = []
+    fields = [(f, f.name, getattr(d, f.name)) for f in dataclasses.fields(TrainConfig)]
+    fields += [(f, f"pg.{f.name}", getattr(d.pg, f.name)) for f in dataclasses.fields(PGConfig)]
+    for field, setting, default in fields:
+        if setting in by_setting:
+            out.append((shared[by_setting[setting]], setting))
+            continue
+        if setting in DERIVED or setting in ("pg", *NOT_FLAGS):
+            continue
+        kind = str(field.type).split("|")[0].strip()
+        switch = kind == "bool"
+        parse = PARSERS.get(setting, None if switch or kind == "str" else {"int": int, "float": float}.get(kind))
+        if setting == "probe" and default is None:
+            default = "none"
+        out.append((Flag("--" + setting.removeprefix("pg.").replace("_", "-"), field.metadata["help"], default,
+                         type=parse, choices=choices.get(setting), switch=switch, metavar=METAVARS.get(setting),
+                         ), setting))
+    for key in ENV_FLAGS:
+        if SHARED_SETTINGS.get(key, "").startswith("env_kwargs."):
+            out.append((shared[key], SHARED_SETTINGS[key]))
+    out.append((shared["env_kwargs"], "env_kwargs"))
+    return out
 
-    def __call__(self, parser, namespace, values, option_string=None):
-        setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
-        namespace.given = (*getattr(namespace, "given", ()), self.dest)
+
+def cli_defaults() -> dict[str, Any]:
+    """The settings of ``mosaic train`` with no arguments, as JSON data: TrainConfig's defaults, the env's
+    site_seed 0 written out, and no ``out`` (the default folder is runs/ALGO)."""
+    from algos.learn.config import TrainConfig, config_to_json
+
+    data = config_to_json(TrainConfig())
+    env = data["env_kwargs"]
+    data["env_kwargs"] = {"site_size": env.pop("site_size", None), "site_seed": 0, **env}
+    if data["env_kwargs"]["site_size"] is None:
+        del data["env_kwargs"]["site_size"]
+    return data
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    from algos.credit.advantages import ALGORITHMS
-    from algos.learn.config import TrainConfig
-
-    d = TrainConfig()
     p = subparsers.add_parser(
         "train",
         help="train an LLM policy (warm start + RL with broadcast or Mosaic credit)",
@@ -67,232 +122,263 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
             "sessions (read, compact, answer from the summary); at the compaction the policy chooses the complete "
             "summary or a lossy one, and at 5 steps only the complete one leaves the steps to answer. Oracle warm "
             "start (taking either summary), then 10 iterations of PPO with Mosaic credit; it prints held-out "
-            "success before and after RL (sampled and greedy) and the probe P(complete summary)."
+            "success before and after RL (sampled and greedy) and the probe P(complete summary).\n\n"
+            "Every setting (algos.learn.config.TrainConfig, and its learner's, PGConfig) is a flag named after it; "
+            "--config FILE reads them from a TOML, YAML or JSON file whose keys are the setting names (a run's "
+            "config.json too), and flags given beside it win. A flag's 'none' sets None."
         ),
+        epilog="examples:\n  mosaic train --algo broadcast --iterations 20\n  mosaic train --config arm.toml "
+               "--seed 1        # arm.toml: algo = \"broadcast\"\\n[pg]\\nlr = 0.0005\\n[env_kwargs]\\n...\n"
+               "  mosaic train --resume --out runs/mosaic --iterations 20",
         formatter_class=HelpFormatter,
     )
-    p.register("action", None, _Given)  # the default action: every flag below notes that it was given
-    p.add_argument("--algo", default=d.algo, choices=ALGORITHMS, help="credit assignment")
-    p.add_argument("--env", default=d.env_id, help="environment id (mosaic/WebQA-v0, -Compact-, -Fork-, -Single-)")
-    p.add_argument("--site", default="builtin",
-                   help="'builtin', or a corpus: a folder of .html files, a folder with documents.jsonl, or a "
-                        ".jsonl documents file (see README)")
-    p.add_argument("--site-size", type=int, default=d.env_kwargs["site_size"], help="entities of the builtin site")
-    p.add_argument("--site-seed", type=int, default=0, help="which builtin site")
-    p.add_argument("--hops", type=hops, default=str(d.env_kwargs["hops"]), help="task difficulty: N or LO-HI")
-    p.add_argument("--max-steps", type=int, default=d.env_kwargs["max_steps"], help="fixed step budget T")
-    p.add_argument("--session-max-tokens", type=int, default=d.env_kwargs.get("session_max_tokens"),
-                   help="context window of a session: past it the env asks the agent to compact")
-    p.add_argument("--budgets", type=budgets, default=None,
-                   help="BudgetMix: '8' fixed, '4,8,16' uniform set, 'log:4-32' log-uniform, 'schedule:0=4,20=8'")
-    p.add_argument("--env-kwargs", default="{}", help="more env kwargs as JSON")
-    p.add_argument("--model", default=d.model,
-                   help="tiny-100k | tiny-1m | tiny-3m | tiny-10m | smollm2 | a folder | a hub id")
-    p.add_argument("--mode", default=d.mode, choices=["choose", "generate"],
-                   help="choose: score the env's candidate actions; generate: free text (pretrained models)")
-    p.add_argument("--rl-temperature", "--temperature", dest="temperature", type=_temperature, default=d.temperature,
-                   help="sampling temperature of the RL rollouts (choose mode: softmax(score / T); 0: greedy)")
-    p.add_argument("--eval-temperature", type=_temperature, default=d.eval_temperature,
-                   help="sampling temperature of held-out evaluation (default: the RL temperature)")
-    p.add_argument("--eval-greedy", nargs=0, const=True, default=d.eval_greedy,
-                   help="also evaluate greedily (temperature 0, one run per test task)")
-    p.add_argument("--no-eval-greedy", dest="eval_greedy", nargs=0, const=False, help="evaluate sampled runs only")
-    p.add_argument("--length-normalize", nargs=0, const=True, default=d.length_normalize,
-                   help="choose mode: score a candidate by its mean token log-prob, not the sum")
-    p.add_argument("--no-length-normalize", dest="length_normalize", nargs=0, const=False,
-                   help="choose mode: score a candidate by its summed token log-prob")
-    p.add_argument("--max-new-tokens", type=at_least(1, "give --max-new-tokens 1 or more"), default=d.max_new_tokens,
-                   help="generate mode: a step's tokens stop at its first complete call, or here")
-    p.add_argument("--prompt-examples", nargs=0, const=True, default=d.prompt_examples,
-                   help="show the model a worked exchange before each session (pretrained instruct models)")
-    p.add_argument("--lora-rank", type=at_least(0, "give --lora-rank 0 (train every weight) or more"),
-                   default=d.lora_rank,
-                   help="train LoRA adapters of this rank (needs peft) instead of every weight (0: full)")
-    p.add_argument("--group-size", type=int, default=d.group_size, help="trajectories per task (G)")
-    p.add_argument("--tasks-per-iter", type=int, default=d.tasks_per_iter, help="groups per RL iteration")
-    p.add_argument("--iterations", type=int, default=d.iterations, help="RL iterations")
-    p.add_argument("--estimator", default=d.estimator, choices=["rollout", "likelihood"],
-                   help="Mosaic: how marginal contributions are estimated")
-    p.add_argument("--continuations", type=_continuations, default=d.continuations,
-                   help="Mosaic rollout estimator: M")
-    p.add_argument("--root-start", default=d.root_start, choices=["rollout", "group_rollout"],
-                   help="Mosaic rollout estimator: V(reset) from M continuations per trajectory, or M per group "
-                        "(shared; 1/G of the root's continuations)")
-    p.add_argument("--lambda-use", type=float, default=d.pg.lambda_use, help="Mosaic: session-usage weight")
-    p.add_argument("--beta", type=float, default=d.pg.beta, help="Mosaic: marginal-contribution weight")
-    p.add_argument("--dr-grpo", nargs=0, const=True, default=False,
-                   help="no division by the group's reward std (Dr. GRPO)")
-    p.add_argument("--lr", type=float, default=d.pg.lr, help="RL learning rate")
-    p.add_argument("--kl-coef", type=float, default=d.pg.kl_coef, help="KL to the initial model (0: off)")
-    p.add_argument("--epochs", type=at_least(1, "give --epochs 1 or more"), default=d.pg.epochs,
-                   help="PPO passes over each iteration's batch")
-    p.add_argument("--minibatches", type=at_least(1, "give --minibatches 1 or more"), default=d.pg.minibatches,
-                   help="optimizer steps per epoch (the batch split in this many parts)")
-    p.add_argument("--clip-eps", type=_positive, default=d.pg.clip_eps, help="PPO clip range of the ratio")
-    p.add_argument("--target-kl", type=_positive, default=d.pg.target_kl,
-                   help="stop an update's steps once the KL after a step passes 1.5x this (default: no stop)")
-    p.add_argument("--entropy-coef", type=_non_negative, default=d.pg.entropy_coef,
-                   help="weight of the entropy bonus (per choice, or per token in generate mode)")
-    p.add_argument("--max-grad-norm", type=_positive, default=d.pg.max_grad_norm, help="gradient clipping norm")
-    p.add_argument("--dynamic-sampling", type=at_least(0, "give --dynamic-sampling 0 (off) or more"),
-                   default=d.dynamic_sampling, metavar="N",
-                   help="draw groups until N have unequal rewards and train on those (DAPO-style; 0: off)")
-    p.add_argument("--dynamic-max-draws", type=at_least(1, "give --dynamic-max-draws 1 or more"),
-                   default=d.dynamic_max_draws, help="dynamic sampling: most rounds of --tasks-per-iter groups")
-    p.add_argument("--probe", default=d.probe, choices=["auto", "summary", "none"],
-                   help="log P(right session decision) at fixed states after every iteration (summary: the "
-                        "complete summary at a forced compaction, which needs --summary-choices; auto: that one "
-                        "wherever the env offers summaries to choose from)")
-    p.add_argument("--probe-states", type=at_least(1, "give --probe-states 1 or more"), default=d.probe_states,
-                   help="fixed states the probe measures")
-    p.add_argument("--summary-choices", nargs=0, const=True, default=d.env_kwargs.get("summary_choices", False),
-                   help="every compaction offers the complete and a lossy summary (env kwarg summary_choices)")
-    p.add_argument("--no-summary-choices", dest="summary_choices", nargs=0, const=False,
-                   help="one summary per compaction, the env's (the compaction demo before summary choices)")
-    p.add_argument("--micro-batch-tokens", type=int, default=d.pg.micro_batch_tokens,
-                   help="padded tokens per forward/backward (gradient accumulation: lower it to fit memory)")
-    p.add_argument("--bc-episodes", type=int, default=d.bc_episodes, help="oracle demonstrations (0: no warm start)")
-    p.add_argument("--bc-epochs", type=int, default=d.bc_epochs, help="warm-start passes over the demonstrations")
-    p.add_argument("--bc-lr", type=float, default=d.bc_lr, help="warm-start learning rate")
-    p.add_argument("--eval-initial", nargs=0, const=True, default=d.eval_initial,
-                   help="also measure held-out success (and parse rate) before the warm start")
-    p.add_argument("--bc-max-steps", type=at_least(1, "give --bc-max-steps 1 or more"), default=d.bc_max_steps,
-                   help="step budget of the demonstrations (default: the env's)")
-    p.add_argument("--bc-compact-at", type=fraction, default=d.bc_compact_at,
-                   help="the demonstrating oracle compacts past this fraction of the window (default: only when "
-                        "the env asks)")
-    p.add_argument("--eval-episodes", type=int, default=d.eval_episodes, help="held-out runs per test task")
-    p.add_argument("--eval-tasks", type=at_least(1, "give how many test tasks to evaluate on"), default=d.eval_tasks,
-                   help="evaluate on the first N test tasks only, for quick checks (default: every test task)")
-    p.add_argument("--num-envs", type=int, default=d.num_envs, help="envs stepped side by side")
-    p.add_argument("--device", type=device, default="cpu", help="cpu, cuda, cuda:1, ...")
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="training dtype")
-    p.add_argument("--seed", type=int, default=d.seed, help="seeds everything")
-    p.add_argument("--out", default=None, help="run folder (default: runs/<algo>)")
-    p.add_argument("--log-groups", type=_log_groups, default=d.log_groups,
-                   help="groups per iteration whose trajectories go to OUT/trajectories/ (mosaic view OUT; 0: none)")
-    p.add_argument("--tensorboard", nargs=0, const=True, default=False,
-                   help="also write the metrics as TensorBoard events in OUT/tensorboard (pip install "
-                        "'mosaic-gym[tensorboard]')")
-    p.add_argument("--wandb", nargs="?", const="mosaic-gym", default=None, metavar="PROJECT",
-                   help="also log the metrics to this W&B project, when wandb is installed (default project: "
-                        "mosaic-gym)")
-    p.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
-                   help="step the envs on Ray workers: alone, a local cluster (ray.init()); with an ADDRESS (auto, "
-                        "HOST:6379, ray://HOST:10001), that cluster's (the same results as in-process envs)")
-    p.add_argument("--warm-start-from", default=None, metavar="RUN",
-                   help="start RL from the warm start of RUN, a finished run with --iterations 0 and the same "
-                        "settings but --algo, --estimator, --continuations, --root-start, --budgets, --iterations, "
-                        "--tasks-per-iter, --group-size, --lambda-use, --beta, --log-groups (the same result as "
-                        "computing it again: arms of a comparison share one warm start)")
-    p.add_argument("--resume", nargs=0, const=True, default=False,
+    p.add_argument("--config", metavar="FILE", default=None, action=Given,
+                   help="settings from a .toml, .yaml/.yml or .json file (keys: the setting names, pg and "
+                        "env_kwargs as tables); flags given beside it win")
+    env = cli_defaults()["env_kwargs"]
+    notes = {key: f"(default: {env[key]}, the demo's env_kwargs; none: {flag.unset})"
+             for key, flag in shared_flags().items() if flag.unset and key in env}
+    notes["summary_choices"] = "(default: on, the demo's env_kwargs)"
+    notes["out"] = f"(default: runs/ALGO): {help_of('out')}"
+    groups = {"env_kwargs": p.add_argument_group("environment (env_kwargs)"),
+              "pg": p.add_argument_group("learner (PGConfig)"), "": p.add_argument_group("settings (TrainConfig)")}
+    for flag, setting in train_flags():
+        room = setting.split(".")[0] if "." in setting or setting == "env_id" else ""
+        room = "env_kwargs" if room == "env_id" else room
+        flag.add(groups[room], notes.get(flag.key, ""))
+    g = p.add_argument_group("the run (not settings)")
+    g.add_argument("--resume", nargs=0, const=True, default=False, action=Given,
                    help="continue the run in --out from its checkpoint, with the settings in its config.json "
                         "(flags given must agree with them; --iterations may change)")
-    p.add_argument("--no-progress", nargs=0, const=True, default=False, help="hide progress bars")
-    p.set_defaults(run=run, given=())
+    # older spellings: --dr-grpo of --no-normalize-std, --rl-temperature of --temperature
+    g.add_argument("--rl-temperature", dest="temperature", type=temperature, default=argparse.SUPPRESS, action=Given,
+                   help=argparse.SUPPRESS)
+    g.add_argument("--dr-grpo", dest="normalize_std", nargs=0, const=False, default=argparse.SUPPRESS, action=Given,
+                   help=argparse.SUPPRESS)
+    g.add_argument("--tensorboard", nargs=0, const=True, default=False, action=Given,
+                   help="also write the metrics as TensorBoard events in OUT/tensorboard (pip install "
+                        "'mosaic-gym[tensorboard]')")
+    g.add_argument("--wandb", nargs="?", const="mosaic-gym", default=None, metavar="PROJECT", action=Given,
+                   help="also log the metrics to this W&B project, when wandb is installed (default project: "
+                        "mosaic-gym)")
+    add_flags(g, ("no_progress",))
+    p.set_defaults(run=run, given=(), given_as={})
 
 
-_continuations = at_least(1, "the rollout estimator needs at least 1 continuation per session boundary; give "
-                              "--continuations 1 or more (default 2)")
-_log_groups = at_least(0, "give how many groups per iteration to log, 0 (none) or more")
+def settings_of(args: argparse.Namespace) -> dict[str, str]:
+    """dest -> the setting it sets, for every flag of ``mosaic train`` that sets one."""
+    return {flag.key: setting for flag, setting in train_flags()}
 
 
-def _number(least: float, strict: bool, hint: str):
-    """An argparse type: a finite float above ``least`` (``strict``) or at least it; else the ``hint``."""
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number: {hint}") from None
-        if not (value > least if strict else value >= least) or value == float("inf"):
-            raise argparse.ArgumentTypeError(f"{text}: {hint}")
+# --- --config FILE ---------------------------------------------------------------------------------------------
+
+
+def read_settings(path: str | Path) -> dict[str, Any]:
+    """The settings in a TOML, YAML or JSON file, checked: each key a setting's name (``pg`` and ``env_kwargs``
+    tables), each value of its type (``"none"`` for None, as TOML has no null). A :class:`ConfigError` of one line
+    naming the file and the key, and the close match of a misspelt one, otherwise."""
+    from algos.learn.config import ConfigError
+
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError(f"--config {path}: cannot read it ({err.strerror or err})") from None
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".toml":
+            import tomllib
+
+            data = tomllib.loads(text)
+        elif suffix in (".yaml", ".yml"):
+            try:
+                import yaml
+            except ImportError:
+                raise ConfigError(f"--config {path}: reading YAML needs PyYAML (pip install pyyaml); or write the "
+                                  f"settings as TOML") from None
+            data = yaml.safe_load(text)
+        elif suffix == ".json":
+            data = json.loads(text)
+        else:
+            raise ConfigError(f"--config {path}: give a .toml, .yaml, .yml or .json file")
+    except ConfigError:
+        raise
+    except Exception as err:  # tomllib.TOMLDecodeError, yaml.YAMLError, json.JSONDecodeError
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise ConfigError(f"--config {path} is not valid {suffix[1:].upper()}: {first}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"--config {path}: the settings must be a table of names and values, not a "
+                          f"{type(data).__name__}")
+    return {name: _checked(path, name, value) for name, value in _flat(path, data).items()}
+
+
+def _names() -> dict[str, Any]:
+    """Every setting a file may give -> its field (``env_kwargs``: the whole dict)."""
+    from algos.learn.config import PGConfig, TrainConfig
+
+    names = {f.name: f for f in dataclasses.fields(TrainConfig) if f.name not in ("pg", "resume")}
+    names.update({f"pg.{f.name}": f for f in dataclasses.fields(PGConfig)})
+    return names
+
+
+def _flat(path: Path, data: dict[str, Any]) -> dict[str, Any]:
+    """``{"pg": {"lr": 1}}`` -> ``{"pg.lr": 1}`` (env_kwargs stays one dict), every name known."""
+    from algos.learn.config import ConfigError
+
+    names, flat = _names(), {}
+    for key, value in data.items():
+        if key == "pg" and isinstance(value, dict):
+            flat.update({f"pg.{k}": v for k, v in value.items()})
+        else:
+            flat[str(key)] = value
+    for name in flat:
+        if name not in names:
+            raise ConfigError(f"--config {path}: {name!r} is not a setting{_close_match(name, names)}")
+    return flat
+
+
+def _close_match(name: str, names) -> str:
+    """`` (did you mean 'pg.lr'?)`` for a misspelt setting, a flag's dest or a flag's name; else ``""``."""
+    bare = name.lstrip("-").replace("-", "_")
+    by_dest = {flag.key: setting for flag, setting in train_flags()}
+    if bare in by_dest:
+        return f" (did you mean {by_dest[bare]!r}?)"
+    pool = {**{n: n for n in names}, **{n.split(".", 1)[1]: n for n in names if "." in n},
+            **{k: v for k, v in by_dest.items()}}
+    match = difflib.get_close_matches(bare, pool, n=1, cutoff=0.6)
+    return f" (did you mean {pool[match[0]]!r}?)" if match else f"; settings: {', '.join(sorted(names))}"
+
+
+_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,), "list": (list,), "dict": (dict,)}
+
+
+def _checked(path: Path, name: str, value: Any) -> Any:
+    """``value`` when it is of the setting's type (``"none"``: None where None is allowed); a one-line
+    ConfigError otherwise."""
+    from algos.learn.config import ConfigError
+
+    kinds = [k.strip() for k in str(_names()[name].type).split("|")]
+    if "None" in kinds and (value is None or (isinstance(value, str) and value.lower() == "none")):
+        return None
+    allowed = tuple(t for k in kinds for t in _TYPES.get(k, ()))
+    if isinstance(value, allowed) and not (isinstance(value, bool) and bool not in allowed):
         return value
-    return parse
+    raise ConfigError(f"--config {path}: {name} = {value!r} is not {' or '.join(kinds)}")
 
 
-_positive = _number(0.0, True, "give a finite number > 0")
-_non_negative = _number(0.0, False, "give a finite number >= 0")
-_temperature = _number(0.0, False, "give a temperature >= 0 (0: greedy)")
+# --- flags and file -> TrainConfig ------------------------------------------------------------------------------
 
 
 def config_from_args(args: argparse.Namespace):
-    from algos.learn.config import PGConfig
-    from algos.learn.config import TrainConfig
+    """The run's settings: :func:`cli_defaults`, then ``--config FILE``'s, then each flag given.
 
-    env_kwargs = {"site_size": args.site_size, "site_seed": args.site_seed, "hops": parse_hops(args.hops),
-                  "max_steps": args.max_steps, "candidates": args.mode == "choose"}
-    if args.site != "builtin":
+    A file's ``env_kwargs`` replaces the default one whole (as in a run's ``config.json``; its ``candidates``,
+    when absent, follows ``mode``); its ``pg.*`` settings replace the learner's one by one.
+    """
+    from algos.learn.config import ConfigError, TrainConfig
+
+    data = cli_defaults()
+    if args.config:
+        settings = read_settings(args.config)
+        if settings.get("pg.advantage", settings.get("algo", data["algo"])) != settings.get("algo", data["algo"]):
+            raise ConfigError(f"--config {args.config}: pg.advantage = {settings['pg.advantage']!r} but algo = "
+                              f"{settings.get('algo', data['algo'])!r}: the learner assigns the algo's credit; set "
+                              f"algo alone")
+        for name, value in settings.items():
+            _set(data, name, copy.deepcopy(value))
+        if "env_kwargs" in settings:
+            env = data["env_kwargs"]
+            if isinstance(env, dict) and "candidates" not in env:
+                env["candidates"] = data["mode"] == "choose"
+            if isinstance(env, dict) and isinstance(env.get("site"), str) and env["site"] not in ("builtin", ""):
+                env["site"] = os.path.abspath(env["site"])
+    given = set(getattr(args, "given", ()))
+    for flag, setting in train_flags():
+        if flag.key in given and flag.key != "env_kwargs":
+            _apply(data, setting, getattr(args, flag.key))
+    if "env_kwargs" in given:
+        data["env_kwargs"].update(read_env_kwargs(args.env_kwargs))
+    out = data.pop("out", None) or f"runs/{data['algo']}"
+    return TrainConfig(**data, out=out, resume=args.resume)  # (pg.advantage: set to the algo)
+
+
+def _set(data: dict[str, Any], name: str, value: Any) -> None:
+    if name.startswith("pg."):
+        data["pg"][name[3:]] = value
+    else:
+        data[name] = value
+
+
+def _apply(data: dict[str, Any], setting: str, value: Any) -> None:
+    """Set ``setting`` (dotted) in the JSON data ``data`` to a flag's ``value``, as the flag means it."""
+    if setting == "mode":
+        data["env_kwargs"]["candidates"] = value == "choose"
+    if setting == "probe" and value == "none":
+        value = None
+    if not setting.startswith("env_kwargs."):
+        _set(data, setting, value)
+        return
+    env, key = data["env_kwargs"], setting.split(".", 1)[1]
+    if key == "hops" and value is not None:
+        value = parse_hops(value)
+    if key == "site":
         # Absolute: a resumed run, started from another folder, still finds its corpus.
-        env_kwargs["site"] = os.path.abspath(args.site) if args.site.strip() else args.site
-    if args.session_max_tokens is not None:
-        env_kwargs["session_max_tokens"] = args.session_max_tokens
-    if args.summary_choices:
-        env_kwargs["summary_choices"] = True
-    try:
-        env_kwargs.update(json.loads(args.env_kwargs))
-    except json.JSONDecodeError as err:
-        raise SystemExit(f"--env-kwargs is not valid JSON ({err}); example: '{{\"show_budget\": false}}'")
-    pg = PGConfig(lr=args.lr, kl_coef=args.kl_coef, lambda_use=args.lambda_use, beta=args.beta,
-                  normalize_std=not args.dr_grpo, device=args.device, dtype=args.dtype,
-                  micro_batch_tokens=args.micro_batch_tokens, epochs=args.epochs, minibatches=args.minibatches,
-                  clip_eps=args.clip_eps, target_kl=args.target_kl, entropy_coef=args.entropy_coef,
-                  max_grad_norm=args.max_grad_norm)
-    return TrainConfig(
-        algo=args.algo, env_id=args.env, env_kwargs=env_kwargs, model=args.model, mode=args.mode,
-        bc_episodes=args.bc_episodes, bc_epochs=args.bc_epochs, bc_compact_at=args.bc_compact_at, bc_lr=args.bc_lr,
-        eval_initial=args.eval_initial,
-        iterations=args.iterations,
-        tasks_per_iter=args.tasks_per_iter, group_size=args.group_size, budgets=args.budgets,
-        estimator=args.estimator, continuations=args.continuations, root_start=args.root_start,
-        eval_episodes=args.eval_episodes,
-        eval_tasks=args.eval_tasks, num_envs=args.num_envs, seed=args.seed, out=args.out or f"runs/{args.algo}",
-        resume=args.resume, pg=pg,
-        temperature=args.temperature, length_normalize=args.length_normalize, max_new_tokens=args.max_new_tokens,
-        eval_temperature=args.eval_temperature, eval_greedy=args.eval_greedy, bc_max_steps=args.bc_max_steps,
-        dynamic_sampling=args.dynamic_sampling, dynamic_max_draws=args.dynamic_max_draws, probe=None if args.probe == "none" else args.probe,
-        probe_states=args.probe_states,
-        prompt_examples=args.prompt_examples,
-        lora_rank=args.lora_rank,
-        log_groups=args.log_groups,
-        ray=args.ray, warm_start_from=args.warm_start_from,
-    )
+        value = None if value == "builtin" else os.path.abspath(value) if value.strip() else value
+    if value is None or (key == "summary_choices" and value is False):
+        env.pop(key, None)  # (absent: the env's own default)
+    else:
+        env[key] = value
+
+
+def _given_settings(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """``(setting, how it was given)`` for each setting a flag given or the ``--config`` file sets."""
+    out = []
+    if args.config:
+        out += [(name, f"--config {args.config}'s {name}") for name in read_settings(args.config)
+                if name != "env_kwargs"]
+        env = read_settings(args.config).get("env_kwargs")
+        out += [(f"env_kwargs.{k}", f"--config {args.config}'s env_kwargs.{k}") for k in (env or {})]
+    by_dest = settings_of(args)
+    for dest in args.given:
+        if dest == "env_kwargs":
+            out += [(f"env_kwargs.{k}", _flag(dest, args)) for k in read_env_kwargs(args.env_kwargs)]
+        elif dest in by_dest:
+            out += [(name, _flag(dest, args)) for name in (by_dest[dest], *(
+                ("env_kwargs.candidates",) if dest == "mode" else ()))]
+    return out
 
 
 def resume_config(args: argparse.Namespace):
     """The config of the run in ``--out`` (its ``config.json``), with the flags given that a resume may change.
 
-    Raises :class:`algos.learn.config.ConfigError` for a flag given explicitly that contradicts the run's settings.
+    Raises :class:`algos.learn.config.ConfigError` for a flag given explicitly (or a setting of ``--config``)
+    that contradicts the run's settings.
     """
-    import dataclasses
-
-    from algos.learn.config import RESUMABLE, ConfigError, read_config, setting
+    from algos.learn.config import NOT_SETTINGS, RESUMABLE, ConfigError, read_config, setting
 
     wanted = config_from_args(args)
     path = Path(wanted.out) / "config.json"
     saved = read_config(path)
-    for dest in args.given:
-        for name in _settings_of(dest, args):
-            if name in RESUMABLE:
-                continue
-            if setting(wanted, name) != setting(saved, name):
-                raise ConfigError(f"{_flag(dest, args)} contradicts the run's {name} = {setting(saved, name)!r} in "
-                                  f"{path} (a resumed run keeps its settings; only --{', --'.join(RESUMABLE)} may "
-                                  f"change)")
-    changes = {name: getattr(wanted, name) for name in RESUMABLE if name in args.given}
+    given = _given_settings(args)
+    for name, how in given:
+        if name in RESUMABLE or name in NOT_SETTINGS:
+            continue
+        if setting(wanted, name) != setting(saved, name):
+            raise ConfigError(f"{how} contradicts the run's {name} = {setting(saved, name)!r} in {path} (a resumed "
+                              f"run keeps its settings; only --{', --'.join(RESUMABLE)} may change)")
+    names = {name for name, _ in given}
+    changes = {name: getattr(wanted, name) for name in RESUMABLE if name in names}
     return dataclasses.replace(saved, **changes, resume=True, ray=wanted.ray, warm_start_from=wanted.warm_start_from)
-
-
-def _settings_of(dest: str, args: argparse.Namespace) -> tuple[str, ...]:
-    if dest == "env_kwargs":
-        return tuple(f"env_kwargs.{k}" for k in json.loads(args.env_kwargs))
-    return SETS.get(dest, ())
 
 
 def _flag(dest: str, args: argparse.Namespace) -> str:
     """The flag as given: ``--lr 0.01``, ``--hops '1-3'``, ``--dr-grpo``."""
     value = getattr(args, dest)
+    option = getattr(args, "given_as", {}).get(dest) or f"--{dest.replace('_', '-')}"
     shown = "" if isinstance(value, bool) else f" {value!r}" if isinstance(value, str) else f" {value}"
-    return f"--{dest.replace('_', '-')}{shown}"
+    return f"{option}{shown}"
 
 
 def run(args: argparse.Namespace) -> int:

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 
 from .common import HelpFormatter
 
+PORT = 8002  # (8000: transformers serve and vLLM; 8001: mosaic site serve)
+
 if TYPE_CHECKING:
     from mosaic_gym.viewer import Problems
 
@@ -30,7 +32,7 @@ Logs come from `mosaic rollout --out DIR`, `mosaic eval --out DIR` and `mosaic t
 EXAMPLES = """examples:
   mosaic rollout --agent oracle --fork --compact-at 0.5 --session-max-tokens 1500 \\
       --env-kwargs '{"families": "compare"}' --episodes 3 --out runs/look
-  mosaic view runs/look                        # serves http://127.0.0.1:8000/ until Ctrl-C
+  mosaic view runs/look                        # serves http://127.0.0.1:8002/ until Ctrl-C
   mosaic view runs/mosaic --html mosaic.html   # one self-contained file to share (works offline)
   mosaic view runs/look --screenshot view.png  # a PNG of the page (headless Chromium)
 """
@@ -40,7 +42,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("view", help="see a run's trajectories: session trees, steps, credit (a web page)",
                               description=DESCRIPTION, epilog=EXAMPLES, formatter_class=HelpFormatter)
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run folder (any depth of logs below it) or one log file")
-    p.add_argument("--port", type=int, default=8000, help="port on 127.0.0.1 (0: any free port)")
+    p.add_argument("--port", type=int, default=PORT,
+                   help="port on 127.0.0.1 (0: any free port; 8000 is left to inference servers, 8001 to mosaic "
+                        "site serve)")
     p.add_argument("--html", metavar="OUT", default=None, help="write one static HTML file instead of serving")
     p.add_argument("--screenshot", metavar="PNG", default=None,
                    help="write a PNG of the page instead of serving, the group whose credits differ most opened "
