@@ -1,7 +1,8 @@
 """The ``mosaic`` command line: ``train``, ``eval``, ``rollout``, ``site build|serve``, ``bench``, ``study``, ``view``.
 
 Each subcommand lives in its own module under :mod:`mosaic_gym.commands` with ``add_parser(subparsers)`` and
-``run(args) -> int``; this file only wires them together.
+``run(args) -> int``; this file only wires them together. A flag two commands take is defined once
+(:mod:`mosaic_gym.commands.common`), and ``mosaic train``'s are built from its settings' dataclasses.
 """
 
 from __future__ import annotations

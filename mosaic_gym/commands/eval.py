@@ -27,7 +27,7 @@ EXAMPLES = """examples:
       --out eval-oracle
   mosaic eval --agent random --candidates --ks 1,4 --ts 4,8,16 --eval-tasks 20 --out eval-random
   mosaic eval --config runs/mosaic/config.json --model runs/mosaic/final --protocol rerun --out eval-trained
-  mosaic eval --agent http://127.0.0.1:8000/v1 --model Qwen/Qwen3-4B --mode generate --ray --out eval-served
+  mosaic eval --agent http://127.0.0.1:8000/v1 --model Qwen/Qwen3-4B --ray --num-envs 64 --out eval-served
 
 The tables go to OUT/passkt.csv (K rows, T columns), OUT/passkt.md (with the mean sessions and steps used
 under each T), OUT/passkt.json (every run, and these arguments) and OUT/passkt.png (the heatmap); every run's
