@@ -303,6 +303,8 @@ def figures(result: dict[str, Any]) -> list[dict[str, Any]]:
             figure(f"{name}: titles right", q["titles_right"], f"of {q['titles']}", "before", bq["titles_right"]),
             figure(f"{name}: messy pages, bytes to title, text and links", entry["messy_ms_per_page"], "ms/page",
                    "before", base["messy_ms_per_page"]),
+            figure(f"{name}: messy pages but the 3 MB one", entry["messy_ms_per_page_without_huge"], "ms/page",
+                   "before", base["messy_ms_per_page_without_huge"]),
             figure(f"{name}: builtin pages, bytes to title, text and links", entry["builtin_ms_per_page"],
                    "ms/page", "before", base["builtin_ms_per_page"]),
         ]
