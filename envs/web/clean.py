@@ -19,8 +19,9 @@ small, safe HTML document that :func:`envs.web.browser.html_to_view` reads like 
 - **Main text:** the page's ``<main>`` (or ``role="main"``, or its only ``<article>``) when there is one that
   holds a fair share of the text; else the whole body less the boilerplate. The ``<h1>`` is shown first when
   the main region lacks it.
-- **Title:** the ``<h1>`` when the ``<title>`` is the ``<h1>`` plus a site name ("Edra Vane | Wiki"), else the
-  ``<title>``, else the ``<h1>``, else ``og:title``; whitespace folded, cut to :data:`TITLE_CHARS`.
+- **Title:** the heading the ``<title>`` names beside a site name ("Edra Vane | Wiki": the main region's first
+  ``<h1>``, else its first ``<h2>``, else the page's ``<h1>``), else the ``<title>``, else the ``<h1>``, else
+  ``og:title``; whitespace folded, cut to :data:`TITLE_CHARS`.
 - **Size:** at most :data:`MAX_HTML_CHARS` of a page are read (libxml2 drops a text or attribute past ten
   million characters, and all that follows it); the cleaned page is never much longer than what was read. A
   tag with thousands of attributes (libxml2's time grows with their square) loses them.
@@ -147,7 +148,9 @@ def clean_html(html: str) -> str:
     # Chrome is looked for only in the main region, and never in what holds the <h1>.
     keep = set() if h1 is None else {h1, *h1.iterancestors()}
     _ChromeFinder(drop, keep, _chars(main, drop)).visit(main)
-    out = [_HEAD, f"<title>{_escape(_choose_title(root, h1, drop))}</title></head><body>"]
+    # The heading a "<heading> | <site>" title names: the main region's first <h1> (else <h2>), then the <h1>.
+    named = [h for h in (_first_heading(main, drop) if main is not body else None, h1) if h is not None]
+    out = [_HEAD, f"<title>{_escape(_choose_title(root, named, h1, drop))}</title></head><body>"]
     if h1 is not None and main is not body and main not in keep:
         out.append(f"<h1>{_escape(_folded(h1, drop))}</h1>")
     _Writer(out, drop).write_children(main)
@@ -211,6 +214,13 @@ def _shown(region: lxml.etree._Element, drop: set) -> list[lxml.etree._Element]:
 
 def _first_h1(region: lxml.etree._Element, drop: set) -> lxml.etree._Element | None:
     return next((e for e in _shown(region, drop) if e.tag == "h1" and _folded(e, drop)), None)
+
+
+def _first_heading(region: lxml.etree._Element, drop: set) -> lxml.etree._Element | None:
+    """The region's first ``<h1>``, else its first ``<h2>`` (a page whose ``<h1>`` is the site's name in its
+    header titles its article with an ``<h2>``)."""
+    shown = [e for e in _shown(region, drop) if e.tag in ("h1", "h2") and _folded(e, drop)]
+    return next((e for e in shown if e.tag == "h1"), shown[0] if shown else None)
 
 
 def _nonspace(text: str | None) -> int:
@@ -300,15 +310,20 @@ def _text_pieces(element: lxml.etree._Element, drop: AbstractSet[lxml.etree._Ele
             pieces.append(child.tail)
 
 
-def _choose_title(root: lxml.etree._Element, h1: lxml.etree._Element | None, drop: set) -> str:
+def _choose_title(root: lxml.etree._Element, named: list[lxml.etree._Element], h1: lxml.etree._Element | None,
+                  drop: set) -> str:
+    """The ``<title>``, or the first of the ``named`` headings it names beside a site name; else the ``<h1>``,
+    else ``og:title``."""
     titles = (t for t in root.iter("title") if not any(a.tag == "svg" for a in t.iterancestors()))
     title_element = next(titles, None)
     title = "" if title_element is None else _folded(title_element)
+    parts = [p.strip().casefold() for p in _TITLE_SEPARATORS.split(title)] if title else []
+    for element in named if len(parts) > 1 else ():
+        text = _folded(element, drop)
+        if text.casefold() in parts:  # "Edra Vane | Wiki": the heading without the site's name
+            title = text
+            break
     heading = "" if h1 is None else _folded(h1, drop)
-    if title and heading and title != heading:
-        parts = [p.strip() for p in _TITLE_SEPARATORS.split(title)]
-        if heading.casefold() in (p.casefold() for p in parts):  # "Edra Vane | Wiki": the <h1> without the site
-            title = heading
     if not title:
         title = heading
     if not title:

@@ -91,7 +91,8 @@ def bs4_clean(data: bytes) -> str:
                 child.decompose()
             else:
                 stack.append(child)
-    title = _bs4_title(title, og_title, h1)
+    named = [h for h in (_bs4_first_heading(main) if main is not body else None, h1) if h is not None]
+    title = _bs4_title(title, og_title, named, h1)
     out = [clean._HEAD, f"<title>{html_lib.escape(title, quote=False)}</title></head><body>"]
     if h1 is not None and main is not body and id(main) not in keep:
         out.append(f"<h1>{html_lib.escape(' '.join(h1.get_text().split()), quote=False)}</h1>")
@@ -143,11 +144,19 @@ def _bs4_chrome(tag: Any) -> bool:
     return chrome and tag.find(["main", "article"]) is None
 
 
-def _bs4_title(title: str, og_title: str, h1: Any) -> str:
+def _bs4_first_heading(region: Any) -> Any:
+    shown = [h for h in region.find_all(["h1", "h2"]) if h.get_text().strip()]
+    return next((h for h in shown if h.name == "h1"), shown[0] if shown else None)
+
+
+def _bs4_title(title: str, og_title: str, named: list[Any], h1: Any) -> str:
+    parts = [p.strip().casefold() for p in clean._TITLE_SEPARATORS.split(title)] if title else []
+    for element in named if len(parts) > 1 else ():
+        text = " ".join(element.get_text().split())
+        if text.casefold() in parts:
+            title = text
+            break
     heading = "" if h1 is None else " ".join(h1.get_text().split())
-    if title and heading and title != heading:
-        if heading.casefold() in (p.strip().casefold() for p in clean._TITLE_SEPARATORS.split(title)):
-            title = heading
     if not title:
         title = heading
     title = title or og_title

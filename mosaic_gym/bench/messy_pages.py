@@ -366,6 +366,25 @@ FORUM = _page(
     not_links=("/forum/login", "/forum/lights", "https://social.example/share?u=42"),
 )
 
+ALMANAC = _page(
+    "almanac/tides-may.html",
+    """<!DOCTYPE html><html><head><meta charset="utf-8"><title>Tide tables for May | Harbour Almanac</title></head>
+<body><header class="site-header"><h1 class="site-title"><a href="/">Harbour Almanac</a></h1>
+<nav><a href="/almanac/april">April</a> <a href="/almanac/june">June</a></nav></header>
+<main><h2>Tide tables for May</h2>
+<p>High water at Port Tarrow falls between 04:10 and 05:40 in the first week of May, and the spring tides of the
+ninth reach 4.6 metres at the north pier. Neap tides in the third week stay under 2.9 metres; the Vell sound bar
+dries at low water on the twenty-second.</p>
+<table><tr><th>Date</th><th>High water</th><th>Height</th></tr><tr><td>9 May</td><td>05:12</td><td>4.6 m</td></tr>
+</table></main>
+<footer><p>Harbour Almanac is published by the Lunder Harbour Authority.</p></footer></body></html>""",
+    title="Tide tables for May",
+    main=("Tide tables for May", "the spring tides of the ninth reach 4.6 metres at the north pier",
+          "9 May | 05:12 | 4.6 m"),
+    chrome=("April", "June", "published by the Lunder Harbour Authority"),
+    not_links=("/almanac/april",),
+)
+
 _DEEP = "<div>" * 3000
 DEEP = _page(
     "x/deep.html",
@@ -377,4 +396,4 @@ DEEP = _page(
 
 #: Every page, in a fixed order.
 PAGES: tuple[MessyPage, ...] = (NEWS, BLOG, WIKI, BROKEN, CP1252, LATIN1, HOSTILE, TITLE_DIFFERS, NO_TITLE,
-                                OG_TITLE, ASPNET, APP_SHELL, LISTING, FORUM, DEEP)
+                                OG_TITLE, ASPNET, APP_SHELL, LISTING, FORUM, ALMANAC, DEEP)
