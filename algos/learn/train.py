@@ -24,7 +24,7 @@ import json
 import random
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -53,6 +53,11 @@ from algos.evaluate.probes import ProbeState, probe_metrics, probe_probabilities
 from algos.rollout import Collector, Request, session_sequences
 from algos.evaluate.session_metrics import group_diversity, session_metrics
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+    from algos.rollout import Trajectory
+
 
 def train(config: TrainConfig, log: Any = print, reporters: Sequence[Any] = ()) -> dict[str, Any]:
     """Run (or resume) training; returns the summary (held-out success before and after RL, and more).
@@ -69,7 +74,7 @@ def train(config: TrainConfig, log: Any = print, reporters: Sequence[Any] = ()) 
     payload = _resume_payload(config, checkpoint, log)
     resumed = payload is not None
     if not resumed and config.warm_start_from is not None:
-        payload = _warm_start_payload(config, log)
+        payload = _warm_start_payload(config, config.warm_start_from, log)
     write_config(out / "config.json", config)
     _seed_everything(config.seed)
     make_env = lambda split="train": gym.make(config.env_id, **{**config.env_kwargs, "split": split})  # noqa: E731
@@ -84,7 +89,7 @@ def train(config: TrainConfig, log: Any = print, reporters: Sequence[Any] = ()) 
     sampler = budget_sampler(config)
     rng = np.random.default_rng(config.seed)
 
-    state = {"iteration": 0, "phase": "warm_start", "history": [], "summary": {}}
+    state: dict[str, Any] = {"iteration": 0, "phase": "warm_start", "history": [], "summary": {}}
     if payload is not None:
         # A warm start's RL optimiser has taken no step (phase rl, iteration 0): this run keeps its own, built
         # with its own learning rate; a resume continues the checkpoint's.
@@ -150,7 +155,7 @@ class _Run:
 BC_MICRO_BATCH_TOKENS = 8192  # the warm start's padded tokens per forward/backward, at most (see _warm_start)
 
 
-def make_agent(config: TrainConfig, model: torch.nn.Module, tokenizer: Any) -> LLMAgent:
+def make_agent(config: TrainConfig, model: PreTrainedModel, tokenizer: Any) -> LLMAgent:
     """The run's agent: its mode, temperature, token limit, prompt examples, seed and device."""
     return LLMAgent(model, tokenizer, mode=config.mode, temperature=config.temperature, seed=config.seed,
                     length_normalize=config.length_normalize, device=config.pg.device,
@@ -226,7 +231,7 @@ def _rl_loop(run: _Run, sampler: Any, rng: np.random.Generator) -> None:
     bar.close()
 
 
-def _finish(run: _Run, model: torch.nn.Module, tokenizer: Any, adapters: Any = None) -> dict[str, Any]:
+def _finish(run: _Run, model: PreTrainedModel, tokenizer: Any, adapters: Any = None) -> dict[str, Any]:
     """Held-out success after RL, the trained model in ``final/`` (LoRA ``adapters`` merged into it), the summary,
     the plot and the report."""
     config, out, state = run.config, run.out, run.state
@@ -237,7 +242,9 @@ def _finish(run: _Run, model: torch.nn.Module, tokenizer: Any, adapters: Any = N
             evaluate(run.agent, run.eval_collector, config, "held-out (after RL)")
         run.save()
     if adapters is not None:
-        model = merge_lora(adapters)  # (the run's state is saved: the checkpoint keeps the adapters apart)
+        # In place: the merged model is ``model`` itself (the run's state is saved: the checkpoint keeps the
+        # adapters apart).
+        merge_lora(adapters)
     model.save_pretrained(out / "final")
     tokenizer.save_pretrained(out / "final")
     summary.update(algo=config.algo, iterations=config.iterations, run=str(out), model=str(out / "final"))
@@ -279,7 +286,9 @@ def rl_iteration(config: TrainConfig, it: int, agent: LLMAgent, learner: PolicyG
     times = PhaseTimes()
     tasks = envs.view(env).tasks
     credit = credit_for(config)
-    trajectories, groups, budgets = [], [], []
+    trajectories: list[Trajectory] = []
+    groups: list[list[Trajectory]] = []
+    budgets: list[int] = []
     rounds = config.dynamic_max_draws if config.dynamic_sampling else 1
     unequal = drawn = 0
     for r in range(rounds):
@@ -314,6 +323,8 @@ def rl_iteration(config: TrainConfig, it: int, agent: LLMAgent, learner: PolicyG
             with times.phase(credit.phase):
                 d = credit.contributions(group, collector, agent, envs.view(env).task(group[0].task_id).answer, rng,
                                          config.pg.device)
+            if d is None:
+                raise RuntimeError(f"credit {credit.name!r} times a {credit.phase!r} phase but estimated no D")
             contrib_abs.append(float(np.abs(np.concatenate(d)).mean()))
             contrib_positive += list(np.concatenate(d) > 0)
         advantage = credit.session_advantages(group, d)  # (trajectory, session id) -> A_s
@@ -399,7 +410,7 @@ def budget_sampler(config: TrainConfig) -> Any:
 
 
 def evaluate(agent: LLMAgent, collector: Collector, config: TrainConfig, label: str
-             ) -> dict[str, float]:
+             ) -> dict[str, Any]:
     """Held-out success: ``eval_episodes`` runs of every test task (the first ``eval_tasks`` of them where it is
     set), sampled at ``eval_temperature`` (as in training where it is None); with ``eval_greedy`` also one greedy
     run of each (``result["greedy"]``).
@@ -429,7 +440,7 @@ def evaluate(agent: LLMAgent, collector: Collector, config: TrainConfig, label: 
     m = len(tasks) * config.eval_episodes  # the main runs, then m runs at each budget
     at_budget = {budget: runs[(n + 1) * m:(n + 2) * m] for n, budget in enumerate(budgets)}
     runs = runs[:m]
-    result = {"success": float(np.mean([r.reward for r in runs])),
+    result: dict[str, Any] = {"success": float(np.mean([r.reward for r in runs])),
               "sessions": float(np.mean([r.num_sessions for r in runs])),
               "steps": float(np.mean([r.tree["steps_used"] for r in runs])), "episodes": len(runs),
               "per_task": _per_task(runs),
@@ -505,11 +516,11 @@ def _resume_payload(config: TrainConfig, checkpoint: Path, log: Any) -> dict[str
     return payload
 
 
-def _warm_start_payload(config: TrainConfig, log: Any) -> dict[str, Any]:
-    """The checkpoint of ``config.warm_start_from``, a finished warm-start-only run (``iterations=0``) with this
+def _warm_start_payload(config: TrainConfig, warm_start_from: str | Path, log: Any) -> dict[str, Any]:
+    """The checkpoint of ``warm_start_from`` (the config's), a finished warm-start-only run (``iterations=0``) with this
     run's settings but :data:`algos.learn.config.WARM_START_FREE`: RL starts from it exactly as from a warm start of its
     own (the checkpoint holds the weights, the optimiser, every RNG and the held-out results so far)."""
-    source = Path(config.warm_start_from)
+    source = Path(warm_start_from)
     checkpoint = source / "checkpoint.pt"
     if not (source / "summary.json").is_file() or not checkpoint.is_file():
         raise ConfigError(f"warm_start_from={str(source)!r} is not a finished run (no summary.json and "
