@@ -78,7 +78,7 @@ class PolicyGradient:
                            normalize_std=c.normalize_std, lambda_use=c.lambda_use, beta=c.beta, clip=c.adv_clip)
 
     # --- the update -------------------------------------------------------------------------------
-    def update(self, sequences: Sequence[TrainSequence]) -> dict[str, float]:
+    def update(self, sequences: Sequence[TrainSequence]) -> dict[str, float | None]:
         """PPO on a batch of session sequences: ``epochs`` passes, each in ``minibatches`` optimizer steps.
 
         Each minibatch's loss is its units' token-mean (with one minibatch: the whole batch's, eq. (13)). From the
@@ -101,7 +101,7 @@ class PolicyGradient:
         if self.ref_model is not None:
             with torch.no_grad():
                 ref_prefix = SharedPrefix.of(self.ref_model, sequences, self.device)
-        stats: dict[str, float] = {"loss": 0.0, "clip_fraction": 0.0, "grad_norm": 0.0, "kl_ref": 0.0}
+        stats: dict[str, float | None] = {"loss": 0.0, "clip_fraction": 0.0, "grad_norm": 0.0, "kl_ref": 0.0}
         kls: list[float] = []
         steps = 0
         stopped = False
@@ -180,7 +180,7 @@ class PolicyGradient:
                 "kl_ref": kl_sum / total, "approx_kl": approx_kl / units}
 
     @torch.no_grad()
-    def measure(self, sequences: Sequence[TrainSequence]) -> dict[str, float]:
+    def measure(self, sequences: Sequence[TrainSequence]) -> dict[str, float | None]:
         """What the policy now is against the one that sampled ``sequences``, one pass without gradient.
 
         ``kl_after``: the k3 estimate of KL(sampling policy || current policy) per unit; ``clip_fraction_after``:
@@ -210,11 +210,11 @@ class PolicyGradient:
             sums["ent_units"] += float(real.sum())
             for b, s in enumerate(batch):
                 kind = "pos" if s.advantage > 0 else "neg" if s.advantage < 0 else "zero"
-                units = real[b]
-                delta[kind][0] += float(diff[b][units].sum())
-                delta[kind][1] += float(units.sum())
+                counted = real[b]
+                delta[kind][0] += float(diff[b][counted].sum())
+                delta[kind][1] += float(counted.sum())
         units = max(sums["units"], 1.0)
-        out: dict[str, float] = {"kl_after": sums["kl"] / units, "clip_fraction_after": sums["clip"] / units,
+        out: dict[str, float | None] = {"kl_after": sums["kl"] / units, "clip_fraction_after": sums["clip"] / units,
                                  "entropy": sums["ent"] / sums["ent_units"] if sums["ent_units"] else 0.0,
                                  "units_measured": sums["units"]}
         for kind, (total, n) in delta.items():
