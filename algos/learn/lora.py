@@ -26,7 +26,7 @@ import torch
 LORA_INSTALL = "pip install 'mosaic-gym[lora]'"
 
 
-def add_lora(model: torch.nn.Module, rank: int, seed: int = 0, alpha: float | None = None) -> Any:
+def add_lora(model: torch.nn.Module, rank: int, seed: int = 0, alpha: int | None = None) -> Any:
     """Inject rank-``rank`` LoRA adapters (scale ``alpha / rank``, default ``alpha = 2 * rank``) into every linear
     layer of ``model`` but its output head, in place, and freeze every other weight. Returns the ``peft`` handle
     that :func:`merge_lora` takes. The adapters' random initialisation draws from ``seed`` alone (the global torch
