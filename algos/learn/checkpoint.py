@@ -190,9 +190,9 @@ def _feed(digest: Any, value: Any) -> None:
         digest.update(f"tensor {data.dtype} {tuple(data.shape)};".encode())
         digest.update(data.reshape(-1).view(torch.uint8).numpy())
     elif isinstance(value, (np.ndarray, np.generic)):
-        data = np.ascontiguousarray(value)
-        digest.update(f"array {data.dtype.str} {data.shape};".encode())
-        digest.update(data.tobytes())
+        array = np.ascontiguousarray(value)
+        digest.update(f"array {array.dtype.str} {array.shape};".encode())
+        digest.update(array.tobytes())
     elif isinstance(value, dict):
         digest.update(f"dict {len(value)};".encode())
         for key, item in value.items():
