@@ -13,7 +13,10 @@ import importlib.util
 import math
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torch.utils.tensorboard import SummaryWriter
 
 __all__ = ["ReporterWarning", "TensorBoardReporter", "WandbReporter", "make_reporters", "scalars"]
 
@@ -43,7 +46,7 @@ class TensorBoardReporter:
 
     def __init__(self, log_dir: str | Path):
         self.log_dir = Path(log_dir)
-        self.writer = None
+        self.writer: SummaryWriter | None = None
 
     def write(self, metrics: dict[str, Any], step: int) -> None:
         if self.writer is None:
