@@ -111,19 +111,32 @@ def render_transcript(messages: Sequence[Mapping[str, str]], add_generation_prom
     return text + ROLE_TAG["assistant"] + "\n" if add_generation_prompt else text
 
 
-#: A worked exchange in the env's own formats (a search, a page, an answer) about a person who is not on any
-#: site, for an agent to put before a session's first message (``LLMAgent(examples=...)``): a small instruct
-#: model that reads only the tool list answers in prose, and one that has seen a short exchange calls tools.
-#: The env never sends it; an agent that uses it pays its tokens outside the env's window.
+#: A worked exchange in the env's own formats, for an agent to put before a session's first message
+#: (``LLMAgent(examples=...)``): two made-up questions of other kinds than the builtin site's (a bridge's
+#: designer, a clock tower's year), marked as a format example, each searched, opened and answered. A small
+#: instruct model that reads only the tool list answers in prose; one that has seen an exchange calls tools.
+#: The exchange ends on the assistant's last call, so the session's own question follows it as the next user
+#: turn: an earlier exchange (one painter, then a separate "that was an example" user turn) had SmolLM2-135M
+#: repeat the example's facts in prose (docs/smollm2.md measures both, ``scripts/smollm2_zero_shot.py``). Its
+#: names are on no builtin site. The env never sends it; an agent that uses it pays its tokens outside the
+#: env's window.
 EXAMPLE_EXCHANGE: tuple[dict[str, str], ...] = (
-    {"role": "user", "content": "Question: In which city was the painter Mira Holt born?\n" + budget_note(9)},
-    {"role": "assistant", "content": 'search("Mira Holt")'},
-    {"role": "user", "content": "[Search results: Search: Mira Holt | /search?q=Mira+Holt | part 1 of 1.]\n"
-                                "[1] Mira Holt\n/wiki/Mira_Holt\nMira Holt is a painter.\n"
-                                "[2] Painters\n/category/Painters\nMira Holt"},
+    {"role": "user", "content": "(A format example: the tools and replies are real, the topic is made up.)\n"
+                                "Question: Who designed the Zumbo Bridge?\n" + budget_note(9)},
+    {"role": "assistant", "content": 'search("Zumbo Bridge")'},
+    {"role": "user", "content": "[Search results: Search: Zumbo Bridge | /search?q=Zumbo+Bridge | part 1 of 1.]\n"
+                                "[1] Zumbo Bridge\n/wiki/Zumbo_Bridge\nThe Zumbo Bridge is a bridge.\n"
+                                "[2] Bridges\n/category/Bridges\nZumbo Bridge"},
     {"role": "assistant", "content": "open(1)"},
-    {"role": "user", "content": "[Page: Mira Holt | /wiki/Mira_Holt | part 1 of 1.]\nMira Holt\n"
-                                "Mira Holt is a painter.\nBorn | [1] Tessaly\nYear | 1911"},
-    {"role": "assistant", "content": 'answer("Tessaly")'},
-    {"role": "user", "content": "Answer submitted. That was an example; the real question follows."},
+    {"role": "user", "content": "[Page: Zumbo Bridge | /wiki/Zumbo_Bridge | part 1 of 1.]\nZumbo Bridge\n"
+                                "The Zumbo Bridge is a bridge.\nDesigner | [1] Pel Quarro\nOpened | 1650"},
+    {"role": "assistant", "content": 'answer("Pel Quarro")'},
+    {"role": "user", "content": "Question: In what year was the Lorro Clock built?\n" + budget_note(9)},
+    {"role": "assistant", "content": 'search("Lorro Clock")'},
+    {"role": "user", "content": "[Search results: Search: Lorro Clock | /search?q=Lorro+Clock | part 1 of 1.]\n"
+                                "[1] Lorro Clock\n/wiki/Lorro_Clock\nThe Lorro Clock is a clock tower."},
+    {"role": "assistant", "content": "open(1)"},
+    {"role": "user", "content": "[Page: Lorro Clock | /wiki/Lorro_Clock | part 1 of 1.]\nLorro Clock\n"
+                                "The Lorro Clock is a clock tower.\nBuilt | 1702\nMaker | [1] Ines Vato"},
+    {"role": "assistant", "content": 'answer("1702")'},
 )
