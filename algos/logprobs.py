@@ -11,7 +11,7 @@ most a given padded size, sequences of one :func:`run_key` in one run.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Literal, Sequence, overload
 
 import numpy as np
 import torch
@@ -21,6 +21,18 @@ from agents.records import Choice, TrainSequence
 
 if TYPE_CHECKING:
     from transformers import DynamicCache
+
+
+@overload
+def sequence_logprobs(model: torch.nn.Module, sequences: Sequence[TrainSequence], device: torch.device,
+                      prefix: SharedPrefix | None = None, with_entropy: Literal[False] = False
+                      ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+@overload
+def sequence_logprobs(model: torch.nn.Module, sequences: Sequence[TrainSequence], device: torch.device,
+                      prefix: SharedPrefix | None = None, *, with_entropy: Literal[True]
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...
 
 
 def sequence_logprobs(model: torch.nn.Module, sequences: Sequence[TrainSequence], device: torch.device,
