@@ -50,7 +50,7 @@ def _band(runs: Sequence[Sequence[dict[str, Any]]], key: str) -> tuple[list[int]
     length = min((len(h) for h in runs), default=0)
     its, means, errs = [], [], []
     for i in range(length):
-        values = [h[i].get(key) for h in runs if h[i].get(key) is not None]
+        values = [v for h in runs if (v := h[i].get(key)) is not None]
         if values:
             its.append(runs[0][i]["iteration"])
             means.append(float(np.mean(values)))
