@@ -149,15 +149,15 @@ def compare_credit(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
     sessions = {}
     for outcome in _OUTCOMES:
         for role in ROLES:
-            row = rows.get(f"{outcome}/{role}")
-            if row:
+            cell = rows.get(f"{outcome}/{role}")
+            if cell:
                 sessions[f"{outcome}/{role}"] = {
-                    "n": len(row["broadcast"]), "broadcast": _mean(row["broadcast"]), "mosaic": _mean(row["mosaic"]),
-                    **{k: _share(row[k]) for k in ("differ", "new_credit", "flipped")}}
+                    "n": len(cell["broadcast"]), "broadcast": _mean(cell["broadcast"]), "mosaic": _mean(cell["mosaic"]),
+                    **{k: _share(cell[k]) for k in ("differ", "new_credit", "flipped")}}
     groups = {k: {"share": round(len(v) / n, 3) if n else None, "differ": _share(v),
                   **{name: round(float(pairs[k][c] / pairs[k][0]), 3) if pairs[k][0] else None
                      for c, name in ((1, "reversed"), (2, "split"))}} for k, v in kinds.items()}
-    total = sum(pairs.values())
+    total = sum(pairs.values(), np.zeros(3, int))
     return {"groups": {"n": n, **groups},
             "pairs": {name: round(float(total[c] / total[0]), 3) if total[0] else None
                       for c, name in ((1, "reversed"), (2, "split"))},
