@@ -73,7 +73,7 @@ def compute_mosaic_advantage(token_level_rewards: torch.Tensor, response_mask: t
         sessions = list(dict.fromkeys(zip(traj_ids[rows].tolist(), session_ids[rows].tolist())))
         first_row: dict[tuple[Any, Any], int] = {}  # a session's D is read from its first row
         for r in rows:
-            first_row.setdefault((traj_ids[r], session_ids[r]), r)
+            first_row.setdefault((traj_ids[r], session_ids[r]), int(r))
         session_traj = np.array([trajectories.index(t) for t, _ in sessions])
         d = None if contributions is None else np.array([float(contributions[first_row[key]]) for key in sessions])
         values = adv.mosaic(rewards, session_traj, d, lambda_use=lambda_use, beta=beta, clip=clip,
