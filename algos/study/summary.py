@@ -35,7 +35,7 @@ _T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2
         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
 
 
-def interval(values: Sequence[float]) -> dict[str, Any]:
+def interval(values: Sequence[float | None]) -> dict[str, Any]:
     """Mean and 95% t-interval half-width of ``values`` (None values dropped; half-width None below 2 values).
 
     >>> interval([0.5, 0.7, 0.6])
@@ -275,7 +275,7 @@ _T80 = [1.376, 1.061, 0.978, 0.941, 0.920, 0.906, 0.896, 0.889, 0.883, 0.879, 0.
         0.865, 0.863, 0.862, 0.861, 0.860, 0.859, 0.858, 0.858, 0.857, 0.856, 0.856, 0.855, 0.855, 0.854, 0.854]
 
 
-def detectable(values: Sequence[float]) -> float | None:
+def detectable(values: Sequence[float | None]) -> float | None:
     """The smallest true mean of paired differences like ``values`` that a two-sided 5% t-test over them would
     find with 80% power: ``(t_0.975 + t_0.80) * sd / sqrt(n)`` at ``n - 1`` degrees of freedom (None below 2).
 
@@ -322,7 +322,7 @@ def _probe_results(runs: dict[str, dict[int, dict[str, Any]]], a: str, b: str) -
     if not any(curves.values()):
         return None
     out: dict[str, Any] = {"threshold": PROBE_THRESHOLD, "arms": {}, "paired": {}}
-    stats: dict[str, dict[int, dict[str, float]]] = {}
+    stats: dict[str, dict[int, dict[str, float | None]]] = {}
     for name, per_seed in curves.items():
         if not per_seed:
             continue
@@ -345,8 +345,7 @@ def _probe_results(runs: dict[str, dict[int, dict[str, Any]]], a: str, b: str) -
             "gain_detectable": detectable([v["gain"] for v in stats[name].values()])}
     common = sorted(set(stats.get(a, {})) & set(stats.get(b, {})))
     for key in ("final", "auc", "updates_to", "greedy_gain", "rl_gain"):
-        diffs = [stats[b][s][key] - stats[a][s][key] for s in common
-                 if stats[b][s][key] is not None and stats[a][s][key] is not None]
+        diffs = [y - x for s in common if (y := stats[b][s][key]) is not None and (x := stats[a][s][key]) is not None]
         out["paired"][key] = {**interval(diffs), "detectable": detectable(diffs)}
     out["paired"]["seeds"] = common
     return out
