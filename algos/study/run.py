@@ -50,11 +50,12 @@ def _run_parallel(todo: list[TrainConfig], jobs: int, log: Any) -> None:
     """Train ``todo`` in ``jobs`` processes, in its order, each run once the warm start it needs has finished."""
     import multiprocessing as mp
     import os
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 
     threads = max(1, (os.cpu_count() or 1) // jobs)
     pending = {c.out for c in todo}
-    waiting, running = list(todo), {}
+    waiting = list(todo)
+    running: dict[Future, TrainConfig] = {}
     with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
         while waiting or running:
             for config in [c for c in waiting if c.warm_start_from not in pending][: jobs - len(running)]:
