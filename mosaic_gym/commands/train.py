@@ -112,6 +112,17 @@ def cli_defaults() -> dict[str, Any]:
     return data
 
 
+EXAMPLES = """examples:
+  mosaic train --algo broadcast --iterations 20
+  mosaic train --config arm.toml --seed 1      # arm.toml holds settings by name, e.g.
+                                               #   algo = "broadcast"
+                                               #   [pg]
+                                               #   lr = 5e-4
+  mosaic train --config runs/mosaic/config.json --algo broadcast --out runs/broadcast   # another arm
+  mosaic train --resume --out runs/mosaic --iterations 20
+"""
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "train",
@@ -127,9 +138,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
             "--config FILE reads them from a TOML, YAML or JSON file whose keys are the setting names (a run's "
             "config.json too), and flags given beside it win. A flag's 'none' sets None."
         ),
-        epilog="examples:\n  mosaic train --algo broadcast --iterations 20\n  mosaic train --config arm.toml "
-               "--seed 1        # arm.toml: algo = \"broadcast\"\\n[pg]\\nlr = 0.0005\\n[env_kwargs]\\n...\n"
-               "  mosaic train --resume --out runs/mosaic --iterations 20",
+        epilog=EXAMPLES,
         formatter_class=HelpFormatter,
     )
     p.add_argument("--config", metavar="FILE", default=None, action=Given,
@@ -292,8 +301,10 @@ def config_from_args(args: argparse.Namespace):
             env = data["env_kwargs"]
             if isinstance(env, dict) and "candidates" not in env:
                 env["candidates"] = data["mode"] == "choose"
-            if isinstance(env, dict) and isinstance(env.get("site"), str) and env["site"] not in ("builtin", ""):
-                env["site"] = os.path.abspath(env["site"])
+            if isinstance(env, dict) and env.get("site") == "builtin":
+                del env["site"]  # (as --site builtin: the default, left out)
+            elif isinstance(env, dict) and isinstance(env.get("site"), str) and env["site"].strip():
+                env["site"] = os.path.abspath(env["site"])  # (relative to the working folder, as --site's)
     given = set(getattr(args, "given", ()))
     for flag, setting in train_flags():
         if flag.key in given and flag.key != "env_kwargs":
