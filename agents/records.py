@@ -139,4 +139,6 @@ def pack_session(steps: Sequence[AgentStep]) -> list[TrainSequence]:
 
 
 def _choice(step: AgentStep) -> Choice:
+    if step.candidate_ids is None or step.choice is None or step.choice_logprob is None or step.choice_policy is None:
+        raise ValueError("a choose-mode step needs its candidate_ids, choice, choice_logprob and choice_policy")
     return Choice(len(step.prompt_ids), step.candidate_ids, step.choice, step.choice_logprob, **step.choice_policy)
