@@ -47,12 +47,15 @@ import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 
 from .base import RecordingAgent
 from .records import AgentStep
+
+if TYPE_CHECKING:
+    import subprocess
 
 logger = logging.getLogger(__name__)
 
@@ -495,6 +498,8 @@ class ServerAgent(RecordingAgent):
             ServerError: the reply is longer than ``max_reply_bytes``.
         """
         parts = urllib.parse.urlsplit(self.base_url)
+        if parts.hostname is None:  # (checked at construction; base_url changed since)
+            raise ValueError(f"base_url {self.base_url!r} names no host")
         kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
         connection = kind(parts.hostname, parts.port, timeout=self.timeout_s)
         too_slow = f"no complete answer within {self.timeout_s:g} s"
@@ -551,7 +556,7 @@ class TransformersServer:
         self.continuous_batching = continuous_batching
         self.start_timeout_s = start_timeout_s
         self.log_path = log_path
-        self.process = None
+        self.process: subprocess.Popen[bytes] | None = None
         self.port = 0
 
     @property
@@ -576,11 +581,11 @@ class TransformersServer:
             command.append("--continuous-batching")
         env = {**os.environ, "HF_HUB_OFFLINE": "1"}
         out = open(self.log_path, "w") if self.log_path else subprocess.DEVNULL
-        self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+        process = self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"transformers serve exited with status {self.process.returncode} at start"
+            if process.poll() is not None:
+                raise RuntimeError(f"transformers serve exited with status {process.returncode} at start"
                                    + (f" (see {self.log_path})" if self.log_path else ""))
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as response:
