@@ -30,7 +30,7 @@ Example (not run here: it trains)::
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -46,6 +46,9 @@ from agents.records import TrainSequence
 from algos.credit import advantages as adv
 from algos.credit import estimators as mosaic_credit
 from algos.rollout import Collector, Request, Trajectory, session_sequences
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 __all__ = ["MosaicGRPOTrainer", "SessionCredit", "SessionGroup", "env_reward", "session_rows", "task_dataset"]
 
@@ -146,7 +149,14 @@ class MosaicGRPOTrainer(GRPOTrainer):
         callbacks: TRL/Transformers callbacks.
     """
 
-    def __init__(self, model: Any, make_env: Callable[[], gym.Env], args: GRPOConfig, processing_class: Any,
+    # What Transformers' Trainer types more widely (TrainingArguments, any processor, an optional model) is, in this
+    # trainer, the GRPOConfig, the tokenizer and the policy it is given.
+    args: GRPOConfig
+    processing_class: PreTrainedTokenizerBase
+    model: torch.nn.Module
+
+    def __init__(self, model: Any, make_env: Callable[[], gym.Env], args: GRPOConfig,
+                 processing_class: PreTrainedTokenizerBase,
                  train_dataset: Dataset | None = None, credit: SessionCredit | None = None, num_envs: int = 8,
                  examples: Sequence[dict[str, str]] = (), callbacks: list[Any] | None = None):
         if args.steps_per_generation != 1:
@@ -164,7 +174,8 @@ class MosaicGRPOTrainer(GRPOTrainer):
         self.last_batch: dict[str, torch.Tensor] = {}  # its rows, in group order, before TRL shuffles them
         self._rng = np.random.default_rng(args.seed)
         self._agent: LLMAgent | None = None
-        super().__init__(model=model, reward_funcs=env_reward, args=args,
+        # (TRL types a reward function's result list[float | None], invariantly; env_reward's list[float] is one.)
+        super().__init__(model=model, reward_funcs=env_reward, args=args,  # type: ignore[arg-type]
                          train_dataset=train_dataset if train_dataset is not None else task_dataset(self.env),
                          processing_class=processing_class, callbacks=callbacks)
         if self.accelerator.num_processes != 1:
@@ -174,14 +185,19 @@ class MosaicGRPOTrainer(GRPOTrainer):
         """The agent sampling from the trainer's current weights (its caches follow weight updates)."""
         model = self.accelerator.unwrap_model(self.model)
         if self._agent is None or self._agent.model is not model:
+            tokens = self.args.max_completion_length
+            if tokens is None:
+                raise ValueError("max_completion_length=None: the agent needs a token limit per step (an action)")
             self._agent = LLMAgent(model, self.processing_class, temperature=self.args.temperature,
-                                   max_new_tokens=self.args.max_completion_length, seed=self.args.seed,
+                                   max_new_tokens=tokens, seed=self.args.seed,
                                    examples=self.examples)
         return self._agent
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         mode = "train" if self.model.training else "eval"
         size = self.num_generations if mode == "train" else self.num_generations_eval
+        if size is None:  # (GRPOTrainer sets both from GRPOConfig, whose num_generations defaults to 8)
+            raise RuntimeError(f"GRPOTrainer has no group size for {mode}: set num_generations in GRPOConfig")
         groups = _groups(inputs, size)
         agent = self.agent()
         agent.reset()
@@ -232,6 +248,8 @@ class MosaicGRPOTrainer(GRPOTrainer):
         if c.credit == "broadcast":
             values = adv.broadcast(rewards, traj, normalize_std=normalize_std)
         else:
+            if d is None:
+                raise RuntimeError(f"credit {c.credit!r} (estimator {c.estimator!r}) estimated no contributions")
             values = adv.mosaic(rewards, traj, np.array([d[i][sid] for i, sid in keys]), lambda_use=c.lambda_use,
                                 beta=c.beta, clip=c.clip, normalize_std=normalize_std)
         return SessionGroup(group, d, dict(zip(keys, values.tolist())))
@@ -263,7 +281,7 @@ class MosaicGRPOTrainer(GRPOTrainer):
         with torch.no_grad():
             # TRL's own rule: old log-probs only when a batch is trained on after the weights moved (num_iterations
             # > 1); otherwise the ratio is 1 and the loss reads the current log-probs, detached.
-            generate_every = self.args.steps_per_generation * self.num_iterations
+            generate_every = self.num_iterations  # (times steps_per_generation, which __init__ holds at 1)
             if self.args.gradient_accumulation_steps % generate_every != 0:
                 batch["old_per_token_logps"] = self._get_per_token_logps_and_entropies(
                     self.model, ids, attention, keep, batch_size=self.args.per_device_train_batch_size)[0]
