@@ -33,7 +33,7 @@ from envs.actions import call_complete
 from envs.prompts import render_transcript
 
 from .base import RecordingAgent
-from .lm import Branch, cache_kwarg, cache_rows, candidate_log_policy, common_prefix, reserved_cache, score_tree
+from .lm import Branch, cache_kwarg, cache_rows, candidate_log_policy, reserved_cache, score_tree
 from .records import AgentStep
 
 KV = tuple[tuple[torch.Tensor, torch.Tensor], ...]
@@ -78,52 +78,92 @@ class _Row:
 
 
 class _PrefixStore:
-    """The keys/values of recent sessions' first prompts, for new sessions that open with the same tokens.
+    """The keys/values of recent contexts, for any step whose prompt starts with one: a step takes the longest
+    stored prefix of its prompt when it is longer than what its session's own cache holds.
 
-    Keys at a position depend only on the tokens up to it (causal attention), so a prefix's keys computed in one
-    session serve any prompt that starts with those ids: the same values up to float rounding (another batch,
-    another order of additions). At most ``capacity`` tokens in all, the least recently used dropped first;
-    emptied by the agent when the model's weights change (:func:`_weights_version`).
+    A context is a session's tokens as the agent last ran them: every step stores its session's (replacing the
+    entry its previous step stored, a prefix of it), and a finished episode's stay until pushed out. Keys at a
+    position depend only on the tokens up to it (causal attention, each sequence's own positions), so a
+    context's keys computed in one session serve any prompt that starts with those ids: the same values up to
+    float rounding (another batch, another order of additions). Every session of an env opens with the same
+    system message, a group's runs with the same task; and a continuation of Mosaic's rollout estimator starts
+    from a state its rollout (or a sibling continuation) already ran, then often takes the same steps again, so
+    it computes the keys of none of that again. At most ``capacity`` tokens in all, the least recently used
+    dropped first; emptied by the agent when the model's weights change (:func:`_weights_version`).
     """
 
-    MIN_SHARED = 8  # a shorter shared prefix is not worth a lookup's bookkeeping
+    MIN_SHARED = 8  # a shorter gain is not worth a lookup's bookkeeping
 
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self._entries: dict[tuple[int, ...], KV] = {}  # (insertion order: least recently used first)
+    def __init__(self, capacity: int | None, max_bytes: int = 0) -> None:
+        self.capacity = capacity  # (None: as many tokens as ``max_bytes`` of keys/values hold, known at the first add)
+        self.max_bytes = max_bytes
+        self._entries: dict[tuple[int, ...], tuple[np.ndarray, KV]] = {}  # (least recently used first)
+        self._table: tuple[list[tuple[int, ...]], np.ndarray] | None = None  # every entry's ids, padded with -1
 
     def clear(self) -> None:
         self._entries.clear()
+        self._table = None
 
-    def longest_prefix(self, ids: list[int]) -> KV | None:
-        """Keys/values of the longest stored prefix of ``ids``, leaving at least one id to feed."""
-        best, best_n = None, 0
-        for stored in self._entries:
-            n = common_prefix(stored, ids, len(ids) - 1)
-            if n > best_n:
-                best, best_n = stored, n
-        if best is None or best_n < self.MIN_SHARED:
+    def _shared(self, ids: np.ndarray) -> tuple[list[tuple[int, ...]], np.ndarray]:
+        """Every entry (its key) and how many leading ids it shares with ``ids``, in one comparison."""
+        if self._table is None:
+            keys = list(self._entries)
+            width = max((len(key) for key in keys), default=0)
+            table = np.full((len(keys), width), -1, dtype=np.int64)
+            for row, key in enumerate(keys):
+                table[row, : len(key)] = self._entries[key][0]
+            self._table = keys, table
+        keys, table = self._table
+        n = min(len(ids), table.shape[1])
+        differ = table[:, :n] != ids[:n]  # (padding is -1, never an id: an entry shares at most its length)
+        shared = np.where(differ.any(1), differ.argmax(1), n)
+        return keys, shared
+
+    def longest_prefix(self, ids: Sequence[int], beyond: int = 0) -> KV | None:
+        """Keys/values of the longest stored prefix of ``ids``, leaving at least one id to feed, if it covers at
+        least ``MIN_SHARED`` ids more than ``beyond`` (what the caller holds already); else None."""
+        if not self._entries:
             return None
-        kv = self._entries.pop(best)
-        self._entries[best] = kv  # most recently used now
-        return tuple((k[:, :, :best_n], v[:, :, :best_n]) for k, v in kv)
+        keys, shared = self._shared(np.asarray(ids, dtype=np.int64))
+        shared = np.minimum(shared, len(ids) - 1)
+        best = int(shared.argmax())
+        n = int(shared[best])
+        if n < max(beyond + self.MIN_SHARED, self.MIN_SHARED):
+            return None
+        key = keys[best]
+        found = self._entries.pop(key)
+        self._entries[key] = found  # most recently used now (the table's rows need no new order)
+        return tuple((k[:, :, :n], v[:, :, :n]) for k, v in found[1])
 
-    def add(self, ids: list[int], kv: KV) -> None:
-        """Store a new session's first prompt (``ids``) with the keys/values its step left (covering them)."""
+    def add(self, ids: Sequence[int], kv: KV) -> None:
+        """Store a context: ``ids`` with the keys/values a step left for them (covering a prefix of them)."""
         n = min(len(ids), kv[0][0].shape[2])
+        if self.capacity is None:
+            per_token = sum((k.shape[1] * k.shape[3] + v.shape[1] * v.shape[3]) * k.element_size() for k, v in kv)
+            self.capacity = self.max_bytes // per_token
         if not self.capacity or n < self.MIN_SHARED or n > self.capacity:
             return
         key = tuple(ids[:n])
-        if any(common_prefix(other, key, n) == n for other in self._entries):
-            return  # (its keys are a prefix of a stored prompt's)
-        for shorter in [other for other in self._entries if common_prefix(other, key, len(other)) == len(other)]:
-            del self._entries[shorter]  # (a prefix of this one's)
-        self._entries[key] = tuple((k[:, :, :n], v[:, :, :n]) for k, v in kv)
+        array = np.asarray(key, dtype=np.int64)
+        if self._entries:
+            keys, shared = self._shared(array)
+            if (shared == n).any():
+                return  # (its keys are a prefix of a stored context's)
+            lengths = np.array([len(k) for k in keys])
+            for row in np.flatnonzero(shared == lengths):
+                del self._entries[keys[row]]  # (a prefix of this one's)
+        self._entries[key] = (array, tuple((k[:, :, :n], v[:, :, :n]) for k, v in kv))
         total = sum(map(len, self._entries))
         while total > self.capacity:
             oldest = next(iter(self._entries))
             del self._entries[oldest]
             total -= len(oldest)
+        self._table = None
+
+
+PREFIX_CACHE_BYTES = 256 << 20
+"""The context store's size when ``prefix_cache_tokens`` is not given: 256 MiB of keys and values. The entries of
+live sessions are the sessions' own tensors (no copy), so this bounds what finished sessions keep."""
 
 
 def _weights_version(model: torch.nn.Module) -> tuple[tuple[int, int], ...] | None:
@@ -200,12 +240,15 @@ class LLMAgent(RecordingAgent):
             the prompts; a batch past it goes through in runs of consecutive envs, into one cache. A pass's
             transients grow with it (the MLP's activations, the attention mask of new x all tokens): a batch of
             24 fresh 1,500-token prompts is 36,000 slots.
-        prefix_cache_tokens: keep the keys/values of recent sessions' first prompts, up to this many tokens in
-            all, and start a new session from the longest prefix it shares with one of them (every session
-            of an env opens with the same system message, and a group's sessions with the same task): its
-            prompt pass then feeds only the rest. The keys are the model's as it is: its weights changed in
-            place (an optimizer's step, ``load_state_dict``) or replaced empty the store, as does :meth:`reset`.
-            ``0``: off.
+        prefix_cache_tokens: keep the keys/values of recent contexts (each session's tokens as a step last ran
+            them, a finished episode's too), up to this many tokens in all, and start a step from the longest
+            prefix its prompt shares with one of them where that covers more than its session's own cache
+            (every session of an env opens with the same system message, a group's with the same task, and a
+            continuation of Mosaic's rollout estimator starts where its rollout ran, and often runs the same
+            steps again): its prompt pass then feeds only the rest. The keys are the model's as it is: its
+            weights changed in place (an optimizer's step, ``load_state_dict``) or replaced empty the store, as
+            does :meth:`reset`. ``None`` (the default): as many tokens as :data:`PREFIX_CACHE_BYTES` of this
+            model's keys and values hold (65,536 for the 4-layer tiny-1m); ``0``: off.
         score_cache_choices: choose mode: keep the candidate scores of up to this many recent choices, by the
             token ids of their prompt and candidates, and do not score a choice again that repeats one (a
             group's runs open with the same state; a continuation's first step repeats the step it branched
@@ -238,7 +281,7 @@ class LLMAgent(RecordingAgent):
         reuse_kv: bool = True,
         max_score_tokens: int = 1 << 16,
         max_prompt_tokens: int = 8192,
-        prefix_cache_tokens: int = 4096,
+        prefix_cache_tokens: int | None = None,
         score_cache_choices: int = 4096,
         examples: Sequence[dict[str, str]] = (),
     ) -> None:
@@ -258,10 +301,10 @@ class LLMAgent(RecordingAgent):
         if max_prompt_tokens < 1:
             raise ValueError(f"max_prompt_tokens must be >= 1, got {max_prompt_tokens}")
         self.max_prompt_tokens = max_prompt_tokens
-        if prefix_cache_tokens < 0:
+        if prefix_cache_tokens is not None and prefix_cache_tokens < 0:
             raise ValueError(f"prefix_cache_tokens must be >= 0 (0: off), got {prefix_cache_tokens}")
         self.prefix_cache_tokens = prefix_cache_tokens if reuse_kv else 0
-        self._prefixes = _PrefixStore(self.prefix_cache_tokens)
+        self._prefixes = _PrefixStore(self.prefix_cache_tokens, PREFIX_CACHE_BYTES)
         if score_cache_choices < 0:
             raise ValueError(f"score_cache_choices must be >= 0 (0: off), got {score_cache_choices}")
         self._scores = _ScoreStore(score_cache_choices)
@@ -315,11 +358,10 @@ class LLMAgent(RecordingAgent):
             self._prefixes.clear()
             self._scores.clear()
             self._weights = weights
-        rows, prompt_ids, fresh = [], [], []
+        rows, prompt_ids = [], []
         for key, prompt in zip(keys, prompts):
-            ids, kv, new_session = self._context(key, prompt)
+            ids, kv = self._context(key, prompt)
             prompt_ids.append(ids)
-            fresh.append(new_session)
             past = 0 if kv is None else kv[0][0].shape[2]
             rows.append(_Row(kv, ids[past:], past))
         if forced is not None:
@@ -330,11 +372,11 @@ class LLMAgent(RecordingAgent):
         else:
             results = self._choose(rows, [self._candidates(info) for info in infos], prompt_ids)
         steps = []
-        for key, prompt, ids, new_session, (step, kv) in zip(keys, prompts, prompt_ids, fresh, results):
+        for key, prompt, ids, (step, kv) in zip(keys, prompts, prompt_ids, results):
             step.session_id, step.prompt_ids = key[1], ids
             steps.append(step)
-            if new_session and kv is not None:
-                self._prefixes.add(ids, kv)
+            if kv is not None:
+                self._prefixes.add(ids + step.gen_ids, kv)
             checkpoints = [
                 (prompt + self._decode(step.gen_ids), len(ids) + len(step.gen_ids)),
                 (prompt + step.text, len(ids) + len(self._without_eos(step.gen_ids))),
@@ -369,30 +411,32 @@ class LLMAgent(RecordingAgent):
     def _without_eos(self, ids: list[int]) -> list[int]:
         return ids[:-1] if ids and ids[-1] in self._eos_ids else ids
 
-    def _context(self, key: tuple[int, Hashable], prompt: str) -> tuple[list[int], KV | None, bool]:
-        """The prompt's token ids, the cached keys/values of a prefix of them (at least one id uncached), and
-        whether the session starts here.
+    def _context(self, key: tuple[int, Hashable], prompt: str) -> tuple[list[int], KV | None]:
+        """The prompt's token ids and the cached keys/values of a prefix of them (at least one id uncached).
 
         The session's earlier tokens are reused up to the longest checkpoint whose text starts the prompt;
-        only the rest is tokenized. With none (a new session, or earlier turns rewritten), the whole prompt is,
-        and its keys start from the longest prefix it shares with a stored first prompt (``prefix_cache_tokens``).
+        only the rest is tokenized. With none (a new session, or earlier turns rewritten), the whole prompt is.
+        The keys are the session's own, or those of the longest prefix the prompt shares with a stored context
+        (``prefix_cache_tokens``) where that covers more.
         """
         session = self._sessions.get(key)
         checkpoints = session.checkpoints if session is not None else []
         reused = next(((text, n) for text, n in checkpoints if prompt.startswith(text)), None)
         if reused is None:
             ids = self._encode(prompt, True)
-            return ids, self._prefixes.longest_prefix(ids), True
+            return ids, self._prefixes.longest_prefix(ids)
         text, n = reused
         ids = session.ids[:n] + self._encode(prompt[len(text) :], False)
         # The session's keys move to this step's row (the step stores the session's new ones when it ends): a
         # step that fails leaves the session to recompute them, over the same tokens.
         kv, session.kv = session.kv, None
+        keep = 0
         if kv is not None:
             # Logits come from the last fed token, so at least one token must be left to feed.
             keep = min(kv[0][0].shape[2], n, len(ids) - 1)
             kv = tuple((k[:, :, :keep], v[:, :, :keep]) for k, v in kv) if keep > 0 else None
-        return ids, kv, False
+        # Another session may have run further along the same tokens (a continuation repeating its rollout).
+        return ids, self._prefixes.longest_prefix(ids, beyond=keep) or kv
 
     # --- batched forward passes -----------------------------------------------------------------------
     def _forward(
