@@ -87,13 +87,13 @@ def run_suite(settings: str = "full", only: Sequence[str] | None = None, threads
         result["benchmarks"][name] = report
         result["figures"] += [{"bench": name, **row} for row in benchmark.figures(report)]
         if benchmark.plot is not None:
-            plots[name] = benchmark
+            plots[name] = benchmark.plot, benchmark.plot_file
     bar.close()
     result["machine"]["load_average_1min_after"] = round(os.getloadavg()[0], 2)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        for name, benchmark in plots.items():
-            result["files"].append(str(benchmark.plot(result["benchmarks"][name], out / benchmark.plot_file)))
+        for name, (plot, plot_file) in plots.items():
+            result["files"].append(str(plot(result["benchmarks"][name], out / plot_file)))
         result["files"].insert(0, str(out / "bench.json"))
         (out / "bench.json").write_text(json.dumps(result, indent=2) + "\n")
     return result
