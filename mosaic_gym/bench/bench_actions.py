@@ -286,7 +286,8 @@ def time_classes(environments: dict[str, gym.Env], per_class: int, seed: int) ->
     rng = random.Random(seed)
     out: dict[str, Any] = {}
     for name, draw in {**CLASSES, "reproducers": None}.items():
-        times, errors, worst_action = [], 0, ""
+        times: list[float] = []
+        errors, worst_action = 0, ""
         for env in environments.values():
             actions = list(REPRODUCERS) if draw is None else [draw(rng) for _ in range(per_class)]
             env.reset(seed=0)
