@@ -64,7 +64,7 @@ def probe(kind: str, corpus: str, n: int = 1) -> dict[str, Any]:
     if kind in ("build", "open"):
         site, load_s = timed(lambda: load_corpus(corpus))
         _, index_s = timed(lambda: site.index)
-        out = {"load_s": round(load_s, 3), "index_s": round(index_s, 3), "peak_rss_mib": peak_rss_mib(), **memory()}
+        out: dict[str, Any] = {"load_s": round(load_s, 3), "index_s": round(index_s, 3), "peak_rss_mib": peak_rss_mib(), **memory()}
         if kind == "open":
             asked = queries(site, SEARCHES)
             latencies = [timed(lambda q=q: site.search(q))[1] for q in asked]
@@ -116,10 +116,14 @@ def probe(kind: str, corpus: str, n: int = 1) -> dict[str, Any]:
         vec = gym.make_vec("mosaic/WebQA-v0", num_envs=n, vectorization_mode="async",
                            vector_kwargs={"shared_memory": False}, site=corpus, split="all")
         try:
+            if not isinstance(vec, gym.vector.AsyncVectorEnv):  # its worker processes are what is measured
+                raise RuntimeError(f"make_vec(vectorization_mode='async') gave {type(vec).__name__}, "
+                                   "not an AsyncVectorEnv")
             vec.reset(seed=0)
             words = queries(load_corpus(corpus), n)
             vec.step([f'search("{q}")' for q in words])
-            workers = [memory(p.pid) for p in vec.processes]
+            # AsyncVectorEnv starts its workers when it is made: every one has a pid
+            workers = [memory(p.pid) for p in vec.processes if p.pid is not None]
         finally:
             vec.close()
         mean = lambda key: round(sum(w.get(key, 0) for w in workers) / len(workers), 1)  # noqa: E731
