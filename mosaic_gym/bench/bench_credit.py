@@ -47,7 +47,7 @@ from mosaic_gym.bench.common import machine
 from mosaic_gym.bench.registry import Benchmark
 
 ENV_ID = "mosaic/WebQA-v0"
-DEMO = {"site_size": 600, "hops": 1, "max_steps": 8, "candidates": True, "session_max_tokens": 600}
+DEMO: dict[str, Any] = {"site_size": 600, "hops": 1, "max_steps": 8, "candidates": True, "session_max_tokens": 600}
 VARIANTS = {  # name: (root_start, min_contribution_std or None for --floor)
     "group_mean": ("group_mean", 0.0),
     "rollout": ("rollout", 0.0),
@@ -86,7 +86,7 @@ class ContextOracle(Agent):
         self.oracle = OracleAgent(env, error_rate=error_rate, seed=seed)
         self.task = envs.view(env).task  # as the env asks it
         self.error_rate, self.seed = error_rate, seed
-        self.session: dict[int, tuple[int, int]] = {}  # env index -> (episode seed, session id) it acts in
+        self.session: dict[int, tuple[int | None, int]] = {}  # env index -> (episode seed or None, session id)
 
     def reset(self, index: int | None = None) -> None:
         self.oracle.reset(index)
