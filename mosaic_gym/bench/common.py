@@ -18,13 +18,18 @@ import os
 import platform
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
+
+if TYPE_CHECKING:
+    import gymnasium as gym
+
+    from envs.webqa import WebQAEnv
 
 
 def machine(packages: Sequence[str]) -> dict[str, Any]:
     """Platform, processor, CPU count, how busy the CPUs were (other work slows every number down), the Python
     version and the versions of ``packages`` (``None`` for one not installed)."""
-    versions = {}
+    versions: dict[str, str | None] = {}
     for name in packages:
         try:
             versions[name] = importlib.metadata.version(name)
@@ -102,7 +107,8 @@ def load_bench_model(args: Any) -> tuple[Any, Any, str]:
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model, tokenizer = load_model(args.model)
-    return model.to(device), tokenizer, device
+    # functools.wraps on PreTrainedModel.to makes typeshed see it unbound (wanting self): a stub limitation.
+    return model.to(device), tokenizer, device  # type: ignore[arg-type]
 
 
 def model_report(bench: str, args: Any, model: Any, device: str, packages: Sequence[str], env_id: str
@@ -120,6 +126,26 @@ def figure(name: str, value: float, unit: str, baseline: str | None = None, base
     ratio = round(value / baseline_value, 4) if baseline_value else None
     return {"name": name, "value": value, "unit": unit, "baseline": baseline, "baseline_value": baseline_value,
             "baseline_unit": baseline_unit or unit if baseline else None, "ratio": ratio}
+
+
+def webqa_env(env: gym.Env) -> WebQAEnv:
+    """The :class:`~envs.webqa.WebQAEnv` under ``env``'s wrappers (``env.unwrapped``), for a benchmark that drives
+    its backend itself; a ``TypeError`` for any other env.
+
+    Example:
+        >>> import gymnasium as gym, envs
+        >>> type(webqa_env(gym.make("mosaic/WebQA-v0", site_size=120)).backend).__name__
+        'TextBackend'
+        >>> webqa_env(gym.make("CartPole-v1"))
+        Traceback (most recent call last):
+        TypeError: CartPoleEnv is not a WebQA env (mosaic/WebQA-*): it has no backend to drive
+    """
+    from envs.webqa import WebQAEnv
+
+    inner = env.unwrapped
+    if not isinstance(inner, WebQAEnv):
+        raise TypeError(f"{type(inner).__name__} is not a WebQA env (mosaic/WebQA-*): it has no backend to drive")
+    return inner
 
 
 class Recorder:
