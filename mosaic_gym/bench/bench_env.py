@@ -34,14 +34,14 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, TypedDict
 
 
 import gymnasium as gym
 
 import envs  # noqa: F401  (registers the environments)
 from agents import OracleAgent
-from mosaic_gym.bench.common import Recorder, figure, machine
+from mosaic_gym.bench.common import Recorder, figure, machine, webqa_env
 from mosaic_gym.bench.registry import Benchmark
 from envs.actions import format_action
 from envs.backends import TextBackend
@@ -52,10 +52,25 @@ ENV_ID = "mosaic/WebQA-v0"
 PACKAGES = ("gymnasium", "lxml", "bm25s", "numpy")
 TARGET_STEPS_PER_S = 5000
 COPIES = 20  # observation copies timed together: one alone is too short to time steadily
-QUICK = {"sizes": (300, 1000), "steps": 600, "repeat": 2, "window": 16384, "block": 8, "block_repeat": 10}
-FULL = {"sizes": (1000, 3000, 10000), "steps": 3000, "repeat": 3, "window": 32768, "block": 12, "block_repeat": 30}
-SMOKE = {"sizes": (150,), "steps": 40, "repeat": 1, "window": 4096, "block": 4, "block_repeat": 1}
-CONFIGS = {"full": FULL, "quick": QUICK, "smoke": SMOKE}
+
+
+class Config(TypedDict):
+    """One settings' sizes: the site sizes, the oracle steps replayed and the replays timed; the context window,
+    the block of actions repeated near it and its repeats."""
+
+    sizes: tuple[int, ...]
+    steps: int
+    repeat: int
+    window: int
+    block: int
+    block_repeat: int
+
+
+QUICK: Config = {"sizes": (300, 1000), "steps": 600, "repeat": 2, "window": 16384, "block": 8, "block_repeat": 10}
+FULL: Config = {"sizes": (1000, 3000, 10000), "steps": 3000, "repeat": 3, "window": 32768, "block": 12,
+                "block_repeat": 30}
+SMOKE: Config = {"sizes": (150,), "steps": 40, "repeat": 1, "window": 4096, "block": 4, "block_repeat": 1}
+CONFIGS: dict[str, Config] = {"full": FULL, "quick": QUICK, "smoke": SMOKE}
 
 
 @dataclass
@@ -127,7 +142,7 @@ def bench_size(size: int, seed: int, steps: int, repeat: int) -> dict[str, Any]:
     total = sum(len(e.actions) for e in episodes)
 
     env = gym.make(ENV_ID, site=fresh_site(size, seed))
-    recorder = Recorder(env.unwrapped.backend)
+    recorder = Recorder(webqa_env(env).backend)
     # Each timed pass starts from a collected heap: the sites just built leave garbage whose collection would
     # otherwise land in whichever pass comes next.
     gc.collect()
