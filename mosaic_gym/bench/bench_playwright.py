@@ -31,9 +31,10 @@ from typing import Any
 
 
 import gymnasium as gym
+from playwright.sync_api import Browser, Page
 
 import envs  # noqa: F401  (registers the environments)
-from mosaic_gym.bench.common import Recorder, at_least, figure, machine
+from mosaic_gym.bench.common import Recorder, at_least, figure, machine, webqa_env
 from mosaic_gym.bench.registry import Benchmark
 from envs.actions import format_action
 from envs.playwright_backend import ORIGIN, PlaywrightBackend, child_processes
@@ -51,11 +52,30 @@ MIB = 1024 * 1024
 SETTLE = "() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))"
 
 
-def settle(page: Any, javascript: bool) -> None:
+def settle(page: Page | None, javascript: bool) -> None:
     """Wait for two animation frames where the page runs scripts; a page without them has nothing to wait for
-    (and ``page.evaluate`` of a promise there would wait forever: it has no timeout)."""
-    if javascript:
+    (and ``page.evaluate`` of a promise there would wait forever: it has no timeout), nor has no page (a
+    backend with scripts on closes each view's tab once read)."""
+    if javascript and page is not None:
         page.evaluate(SETTLE)
+
+
+def playwright_backend(env: gym.Env) -> PlaywrightBackend:
+    """The backend of ``env`` made with ``backend="playwright"``, which this benchmark drives itself; a
+    ``TypeError`` for another backend."""
+    backend = webqa_env(env).backend
+    if not isinstance(backend, PlaywrightBackend):
+        raise TypeError(f"the env runs a {type(backend).__name__}, not a PlaywrightBackend")
+    return backend
+
+
+def browser_of(page: Page) -> Browser:
+    """The browser that ``page``'s context belongs to (a context Playwright launched persistent has none)."""
+    browser = page.context.browser
+    if browser is None:
+        raise RuntimeError("the env's page is in a persistent browser context: there is no browser to open a "
+                           "bare context in")
+    return browser
 
 
 def script(task: Task) -> list[str]:
@@ -82,7 +102,7 @@ def make_env(args: argparse.Namespace, backend: str) -> gym.Env:
 def step_times(args: argparse.Namespace, backend: str, bare: "Bare | None" = None) -> dict[str, Any]:
     """Run the script for ``args.steps`` steps; with ``bare``, show every page again in the bare context."""
     env = make_env(args, backend)
-    recorder = Recorder(env.unwrapped.backend)
+    recorder = Recorder(webqa_env(env).backend)
     page_steps: list[float] = []
     all_steps: list[float] = []
     resets: list[float] = []
@@ -105,8 +125,13 @@ def step_times(args: argparse.Namespace, backend: str, bare: "Bare | None" = Non
             if recorder.urls:
                 page_steps.append(elapsed)
                 if bare is not None:
-                    settle(env.unwrapped.backend.page, env.unwrapped.backend.javascript)
-                    goto_s, set_s = bare.show(recorder.urls[-1], envs.view(env).site.render(recorder.urls[-1]))
+                    shown = playwright_backend(env)
+                    settle(shown.page, shown.javascript)
+                    url = recorder.urls[-1]
+                    html = envs.view(env).site.render(url)
+                    if html is None:
+                        raise RuntimeError(f"the site renders no page at {url}, which the env just showed")
+                    goto_s, set_s = bare.show(url, html)
                     bare_goto.append(goto_s)
                     bare_set.append(set_s)
             if terminated or truncated or len(all_steps) >= args.steps:
@@ -135,8 +160,8 @@ class Bare:
         assert backend.page is not None, "start an episode first"
         self.html = ""
         self.javascript = backend.javascript  # the same page settings as the env's, for a fair baseline
-        self.context = backend.page.context.browser.new_context(service_workers="block",
-                                                                java_script_enabled=self.javascript)
+        self.context = browser_of(backend.page).new_context(service_workers="block",
+                                                            java_script_enabled=self.javascript)
         self.context.route("**/*", self.serve)
         self.goto_page = self.context.new_page()
         self.set_page = self.context.new_page()
@@ -192,8 +217,11 @@ def memory_per_env(args: argparse.Namespace) -> dict[str, Any]:
             opened.append(env)
         time.sleep(0.5)  # let freshly started renderer processes settle before reading their memory
         samples[count] = {**memory(), "chromium_processes": len(child_processes())}
-    first = opened[0].unwrapped.backend.page
-    html, browser = first.content(), first.context.browser
+    first_backend = playwright_backend(opened[0])
+    first = first_backend.page
+    if first is None:
+        raise RuntimeError("the first env has no page after its steps: its browser could not be brought back")
+    html, browser = first.content(), browser_of(first)
     for env in opened[1:]:
         env.close()
     bare: list[Any] = []
@@ -201,7 +229,7 @@ def memory_per_env(args: argparse.Namespace) -> dict[str, Any]:
     for count in (1, args.envs):
         while len(bare) < count:
             context = browser.new_context(service_workers="block",
-                                          java_script_enabled=opened[0].unwrapped.backend.javascript)
+                                          java_script_enabled=first_backend.javascript)
             context.new_page().set_content(html, wait_until="load")
             bare.append(context)
         time.sleep(0.5)
@@ -249,7 +277,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     # The bare context lives in the same browser as the env, which a held-open backend keeps running.
     holder = make_env(args, "playwright")
     holder.reset(seed=0)
-    bare = Bare(holder.unwrapped.backend)
+    bare = Bare(playwright_backend(holder))
     playwright = step_times(args, "playwright", bare)
     bare.context.close()
     holder.close()
