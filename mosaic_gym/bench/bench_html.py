@@ -205,22 +205,22 @@ def quality(method: Callable[[bytes], str], pages: tuple[MessyPage, ...] = PAGES
     misses: dict[str, dict[str, Any]] = {}
     for page in pages:
         title, text, urls = read(method(page.data), page.path)
-        missed = {
-            "title": None if title == page.title else repr(title[:80]),
-            "main": [m for m in page.main if m not in text],
-            "leaked": [c for c in page.chrome if c in text],
-            "links": [u for u in page.links if u not in urls],
-            "wrong_links": [u for u in page.not_links if u in urls],
-        }
+        lost_main = [m for m in page.main if m not in text]
+        leaked = [c for c in page.chrome if c in text]
+        lost_links = [u for u in page.links if u not in urls]
+        wrong_links = [u for u in page.not_links if u in urls]
+        missed = {"title": None if title == page.title else repr(title[:80]), "main": lost_main,
+                  "leaked": leaked, "links": lost_links, "wrong_links": wrong_links}
         counts["titles"] += 1
         counts["titles_right"] += title == page.title
-        for have, total, key in (("main_shown", "main", "main"), ("links_found", "links", "links")):
-            counts[total] += len(getattr(page, total))
-            counts[have] += len(getattr(page, total)) - len(missed[key])
+        counts["main"] += len(page.main)
+        counts["main_shown"] += len(page.main) - len(lost_main)
+        counts["links"] += len(page.links)
+        counts["links_found"] += len(page.links) - len(lost_links)
         counts["chrome"] += len(page.chrome)
-        counts["chrome_leaked"] += len(missed["leaked"])
+        counts["chrome_leaked"] += len(leaked)
         counts["not_links"] += len(page.not_links)
-        counts["wrong_links"] += len(missed["wrong_links"])
+        counts["wrong_links"] += len(wrong_links)
         wrong = {k: v for k, v in missed.items() if v}
         if wrong:
             misses[page.file] = wrong
@@ -260,7 +260,13 @@ def builtin_pages(count: int) -> list[tuple[bytes, str]]:
     site = BuiltinSite(seed=0, size=300)
     paths = [d.path for d in site.documents()]
     step = max(1, len(paths) // count)
-    return [(site.page_html(p).encode("utf-8"), p) for p in paths[::step][:count]]
+    pages = []
+    for path in paths[::step][:count]:
+        html = site.page_html(path)
+        if html is None:
+            raise RuntimeError(f"the builtin site lists {path} among its documents but renders no page there")
+        pages.append((html.encode("utf-8"), path))
+    return pages
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
