@@ -74,8 +74,12 @@ def start(envs_: list[gym.Env], seed: int, long_tokens: int | None) -> list[Any]
 
 def rollout(agent: LLMAgent, envs_: list[gym.Env], snapshots: list[Any], steps: int, warm: bool) -> dict[str, Any]:
     """``steps`` timed agent steps over every env from the snapshots (after one untimed step when ``warm``)."""
-    observations, infos = zip(*(env.reset(options={"snapshot": s}) for env, s in zip(envs_, snapshots)))
-    observations, infos = list(observations), list(infos)
+    observations: list[Any] = []
+    infos: list[dict[str, Any]] = []
+    for env, snapshot in zip(envs_, snapshots):
+        observation, info = env.reset(options={"snapshot": snapshot})
+        observations.append(observation)
+        infos.append(info)
     agent.reset()
     tokens = prompt_tokens = 0
     agent_s = env_s = 0.0
