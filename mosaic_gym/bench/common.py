@@ -18,7 +18,7 @@ import os
 import platform
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 if TYPE_CHECKING:
     import gymnasium as gym
@@ -76,7 +76,7 @@ def settings_argv(settings: str) -> list[str]:
     return [] if settings == "full" else [f"--{settings}"]
 
 
-def fill_defaults(args: Any, defaults: dict[str, dict[str, Any]]) -> Any:
+def fill_defaults(args: Any, defaults: Mapping[str, Mapping[str, Any]]) -> Any:
     """Set every option the user left at ``None`` from ``defaults[args.settings]``; returns ``args``."""
     for key, value in defaults[args.settings].items():
         if getattr(args, key) is None:
