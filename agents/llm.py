@@ -353,11 +353,7 @@ class LLMAgent(RecordingAgent):
               forced: Sequence[str] | None = None) -> list[AgentStep]:
         keys = [(info.get("env_index", i), info.get("session_id")) for i, info in enumerate(infos)]
         prompts = [self._prompt(obs, info) for obs, info in zip(observations, infos)]
-        weights = _weights_version(self.model)
-        if weights is None or weights != self._weights:
-            self._prefixes.clear()
-            self._scores.clear()
-            self._weights = weights
+        self._check_weights()
         rows, prompt_ids = [], []
         for key, prompt in zip(keys, prompts):
             ids, kv = self._context(key, prompt)
@@ -388,6 +384,40 @@ class LLMAgent(RecordingAgent):
     def encode_action(self, action: str) -> list[int]:
         """The token ids of an action string as this agent feeds it after a prompt (what it would emit)."""
         return self._encode(action, False)
+
+    @torch.no_grad()
+    def score_after(self, contexts: Sequence[Sequence[int]], ids: Sequence[int]) -> list[float]:
+        """The summed log-prob of ``ids`` after each context (token ids), by the model as it is now.
+
+        A context starts from the keys of the longest prefix it shares with a stored one (``prefix_cache_tokens``):
+        a context this agent ran (a step's prompt, a session's first or last) feeds only what the store lacks,
+        such as the action its last step chose. The same log-probs as one plain pass over each context and
+        ``ids``, to float rounding. Mosaic's likelihood estimator scores the gold answer after the contexts
+        around each session this way (:func:`algos.credit.estimators.likelihood_contributions`).
+        """
+        if not ids:
+            raise ValueError("score_after needs at least one id to score")
+        if any(not context for context in contexts):
+            raise ValueError("score_after needs a non-empty context to score after")
+        if not contexts:
+            return []
+        self._check_weights()
+        rows = []
+        for context in contexts:
+            context = list(context)
+            kv = self._prefixes.longest_prefix(context)
+            past = 0 if kv is None else kv[0][0].shape[2]
+            rows.append(_Row(kv, context[past:], past))
+        sums, _, _ = self._score_candidates(rows, [[list(ids)]] * len(rows))
+        return [float(row_sums[0]) for row_sums in sums]
+
+    def _check_weights(self) -> None:
+        """Empty the stores if the model's weights changed since they were filled (:func:`_weights_version`)."""
+        weights = _weights_version(self.model)
+        if weights is None or weights != self._weights:
+            self._prefixes.clear()
+            self._scores.clear()
+            self._weights = weights
 
     # --- prompts and session caches -----------------------------------------------------------------
     def _prompt(self, observation: str, info: dict[str, Any]) -> str:

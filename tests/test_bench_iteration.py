@@ -17,6 +17,12 @@ def test_iteration_bench_runs_every_algorithm_on_the_same_episodes(tmp_path):
     fork = iteration["fork"]  # the study's fork preset (its quick settings here): broadcast and Mosaic
     assert fork["config"]["env_id"] == "mosaic/WebQA-Fork-v0" and fork["same_trajectories"], fork["rows"]
     assert fork["rows"]["fork-broadcast"]["continuations_s"] == 0 < fork["rows"]["fork-mosaic"]["continuations_s"]
+    presets = iteration["presets"]  # the study's other presets: summary (the learner's defaults), compaction
+    assert presets["summary"]["config"]["learner"]["epochs"] == 2 == presets["summary"]["config"]["learner"]["minibatches"]
+    for block in [fork, *presets.values()]:
+        assert block["same_trajectories"], block["rows"]
+        for row in block["rows"].values():
+            assert row["iterations_per_hour"] == round(3600 / row["total_s"], 1)
     memory = iteration["memory"]
     # (at smoke size a run's peak can be the bare process's own, reached while both load the same libraries)
     assert memory["peak_rss_mb"] >= memory["bare_peak_rss_mb"] > 0

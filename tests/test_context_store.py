@@ -11,8 +11,9 @@ import torch
 import envs  # noqa: F401  (registers the environments)
 from agents.llm import LLMAgent
 from agents.models import build_tiny_model, default_texts, load_model, train_tokenizer
-from algos.credit.estimators import rollout_contributions
+from algos.credit.estimators import likelihood_contributions, rollout_contributions
 from algos.rollout import Collector, Request
+from envs.actions import format_action
 from envs.prompts import render_transcript
 from helpers import float32_tol
 
@@ -148,3 +149,48 @@ def test_continuations_with_the_store_equal_continuations_without_it():
     for a, b in zip(d_with, d_without):
         np.testing.assert_array_equal(a, b)
     assert fed_by_run[0] < fed_by_run[1]
+
+
+def test_the_likelihood_estimator_through_the_agents_store_equals_its_plain_pass():
+    # Mosaic's likelihood estimator scores the gold answer after the contexts around each session: through the
+    # acting agent (LLMAgent.score_after, from the keys its rollouts left) the same D as the plain batched pass
+    # over every context, to float rounding, while feeding a fraction of the tokens.
+    torch.set_num_threads(1)
+    env = _fork_env()
+    model, tokenizer = load_model("tiny-100k", texts=default_texts(env=env), seed=0)
+    model.eval()
+    task = env.unwrapped.tasks[1]
+    agent = LLMAgent(model, tokenizer, mode="choose", seed=0, length_normalize=True)
+    group = Collector(_fork_env, 4).run(agent, [Request(seed=s, options={"task_id": task.id}) for s in range(4)])
+    assert sum(t.num_sessions for t in group) > len(group)
+    fed, handle = _fed(model)
+    through_agent = likelihood_contributions(group, model, agent.encode_action, task.answer,
+                                             score_after=agent.score_after)
+    handle.remove()
+    fed_by_agent = sum(fed)
+    fed, handle = _fed(model)
+    plain = likelihood_contributions(group, model, agent.encode_action, task.answer)
+    handle.remove()
+    assert fed_by_agent < sum(fed) / 2
+    # Each D is two sums of the answer's token log-probs (each of magnitude at most about log(vocab) = 8 here),
+    # every one of them a float32 sum over at most the longest context's keys.
+    answer = agent.encode_action(format_action("answer", task.answer))
+    longest = max(len(s.prompt_ids) + len(s.gen_ids) for t in group for steps in t.steps.values() for s in steps)
+    for a, b in zip(through_agent, plain):
+        np.testing.assert_allclose(a, b, rtol=0, atol=2 * len(answer) * float32_tol(longest + len(answer), 8.0))
+    # And each score is the plain forward pass's over the context and the answer.
+    contexts = [list(t.steps[sid][k].prompt_ids) for t in group for sid in t.steps for k in (0, -1)]
+    for context, score in zip(contexts, agent.score_after(contexts, answer)):
+        with torch.no_grad():
+            logits = model(torch.tensor([context + answer])).logits[0, len(context) - 1 : -1].float()
+        direct = float(torch.log_softmax(logits, -1).gather(1, torch.tensor(answer)[:, None]).sum())
+        assert score == pytest.approx(direct, abs=len(answer) * float32_tol(len(context) + len(answer), 8.0))
+
+
+def test_score_after_refuses_empty_inputs(tiny):
+    agent = LLMAgent(*tiny, mode="choose")
+    with pytest.raises(ValueError, match="at least one id"):
+        agent.score_after([[1, 2, 3]], [])
+    with pytest.raises(ValueError, match="non-empty context"):
+        agent.score_after([[1, 2], []], [4])
+    assert agent.score_after([], [4]) == []

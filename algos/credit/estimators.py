@@ -111,12 +111,17 @@ def rollout_contributions(group: Sequence[Trajectory], collector: Collector, age
 
 def likelihood_contributions(group: Sequence[Trajectory], model: torch.nn.Module,
                              encode: Callable[[str], list[int]], gold_answer: str, device: str = "cpu",
-                             max_tokens: int = 8192) -> list[np.ndarray]:
+                             max_tokens: int = 8192,
+                             score_after: Callable[[list[list[int]], list[int]], list[float]] | None = None
+                             ) -> list[np.ndarray]:
     """D per session (in tree order): log p(gold answer action | context after) - log p(... | before).
 
     Every context of the group is scored in one batched pass per ``max_tokens`` padded tokens (the shortest
     first, so rows of a batch are of a length), after the tokens they all open with (the system message), which
     run once (:class:`algos.logprobs.SharedPrefix`): the same log-probs as one pass per context, to float rounding.
+    With ``score_after`` (the acting agent's :meth:`agents.llm.LLMAgent.score_after`: the gold answer's summed
+    log-prob after each context), the contexts are scored there instead: the rollouts' agent already holds most
+    of their keys (its context store), so only what it lacks is run, the same log-probs to float rounding.
     """
     answer_ids = encode(format_action("answer", gold_answer))
     wanted: dict[tuple[int, ...], float] = {}
@@ -129,6 +134,9 @@ def likelihood_contributions(group: Sequence[Trajectory], model: torch.nn.Module
 
     _likelihood_deltas(group, ask)
     contexts = sorted(wanted, key=len)
+    if score_after is not None:
+        wanted.update(zip(contexts, score_after([list(c) for c in contexts], answer_ids)))
+        return _likelihood_deltas(group, lambda context: wanted[tuple(context)] if context else None)
     sequences = [TrainSequence([*c, *answer_ids], [False] * len(c) + [True] * len(answer_ids),
                                [0.0] * (len(c) + len(answer_ids))) for c in contexts]
     dev = torch.device(device)
@@ -307,7 +315,8 @@ class MosaicCredit(Credit):
         if self.estimator == "rollout":
             return rollout_contributions(group, collector, agent, self.continuations, seed=int(rng.integers(2**31)),
                                          root_start=self.root_start)
-        return likelihood_contributions(group, agent.model, agent.encode_action, answer, device=device)
+        return likelihood_contributions(group, agent.model, agent.encode_action, answer, device=device,
+                                        score_after=getattr(agent, "score_after", None))
 
     def compare(self, records: Any) -> dict[str, Any] | None:
         from algos.credit.compare import compare_credit

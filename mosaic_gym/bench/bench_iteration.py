@@ -17,6 +17,12 @@ estimator), on the same tasks and seeds; ``fork-mosaic``'s ratio is to ``fork-br
 Forks put a parent's long context and its children's short ones in one batch of the acting agent: the row
 that measures what that costs. ``--quick`` and ``--smoke`` run the study's quick fork settings.
 
+The study's other presets get rows the same way (``presets``; ``--presets``): ``summary``, whose settings are
+:class:`~algos.learn.config.TrainConfig`'s defaults (the default ``mosaic train``: the learner's PPO at 2 epochs
+x 2 minibatches, target KL 0.03), with broadcast, Mosaic-rollout and Mosaic-likelihood, and ``compaction``, with
+broadcast and Mosaic. Every row reports ``iterations_per_hour`` (3,600 s over its total): how many iterations a
+study run of that preset gets in an hour here.
+
 Memory: ``mosaic train`` runs in a subprocess (the demo defaults, or tiny settings with ``--quick``, and
 ``--memory-iterations`` RL iterations) and its peak RSS (the child's own high-water mark) stands beside a bare
 subprocess that imports the same libraries and builds the same model, the floor any run pays.
@@ -63,6 +69,8 @@ PHASES = ("rollouts", "continuations", "scoring", "update")
 GOALS = {"mosaic-rollout": 2.0, "mosaic-likelihood": 1.2}
 FORK_ROWS = (("fork-broadcast", "broadcast", "rollout"), ("fork-mosaic", "mosaic", "rollout"))
 FORK_GOALS = {"fork-mosaic": 2.0}  # (to fork-broadcast)
+# The study's other presets (the fork preset has its rows above): summary's settings are TrainConfig's defaults.
+PRESET_ROWS = {"summary": ROWS, "compaction": ROWS[:2]}
 # --quick: a small site, 4 steps and one group of two, so the three iterations and the memory run take seconds.
 QUICK_CONFIG = dict(model="tiny-100k", tasks_per_iter=1, group_size=2, num_envs=2)
 QUICK_ENV = {"site_size": 120, "max_steps": 4}
@@ -82,20 +90,27 @@ def iteration_config(args: argparse.Namespace) -> TrainConfig:
 
 def fork_config(args: argparse.Namespace) -> TrainConfig:
     """The study's fork preset as its seed-0 RL run sets it (its quick settings unless ``full``)."""
+    return preset_config(args, "fork")
+
+
+def preset_config(args: argparse.Namespace, preset: str) -> TrainConfig:
+    """A study preset (:data:`algos.study.PRESETS`) as its seed-0 RL run sets it (its quick settings unless
+    ``full``)."""
     with tempfile.TemporaryDirectory() as tmp:
-        config = warm_start_configs("fork", tmp, seeds=1, quick=args.settings != "full")[0]
+        config = warm_start_configs(preset, tmp, seeds=1, quick=args.settings != "full")[0]
     return dataclasses.replace(config, out=None, iterations=1)
 
 
 def starting_policy(config: TrainConfig, env: gym.Env, bc_episodes: int) -> tuple[Any, Any]:
     """The tiny model for ``env`` (seed 0), warm-started on ``bc_episodes`` oracle demonstrations if any, in
-    the config's oracle styles in turn (``bc_styles``) as ``mosaic train`` does."""
+    the config's oracle styles in turn (``bc_styles``) at its ``bc_max_steps``, as ``mosaic train`` does."""
     model, tokenizer = load_model(config.model, texts=default_texts(env=env), seed=config.seed)
     model.eval()
     if bc_episodes > 0:
         agent = LLMAgent(model, tokenizer, mode=config.mode, seed=config.seed)
         tasks = envs.view(env).tasks
-        requests = [Request(seed=config.seed * 100_003 + k, options={"task_id": tasks[k % len(tasks)].id})
+        budget = {} if config.bc_max_steps is None else {"max_steps": config.bc_max_steps}
+        requests = [Request(seed=config.seed * 100_003 + k, options={"task_id": tasks[k % len(tasks)].id, **budget})
                     for k in range(bc_episodes)]
         collector = Collector(lambda: gym.make(config.env_id, **config.env_kwargs), config.num_envs)
         styles = config.bc_styles or [{"compact_at": config.bc_compact_at}]
@@ -153,6 +168,8 @@ def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--memory-iterations", type=int, default=1, help="RL iterations of the memory run")
     parser.add_argument("--no-memory", action="store_true", help="skip the mosaic train memory run")
     parser.add_argument("--no-fork", action="store_true", help="skip the fork preset's rows")
+    parser.add_argument("--presets", help="the study's other presets to give rows, comma-separated (default: "
+                                          f"{','.join(PRESET_ROWS)}; none: skip)")
 
 
 def iteration_rows(base: TrainConfig, bc_episodes: int, names: Any, goals: dict[str, float]
@@ -167,7 +184,8 @@ def iteration_rows(base: TrainConfig, bc_episodes: int, names: Any, goals: dict[
         rows[name] = {"algo": algo, "estimator": estimator,
                       **{f"{p}_s": metrics[f"time_{p}"] for p in PHASES}, "total_s": metrics["time_total"],
                       "success": metrics["success"], "sessions": metrics["sessions"], "steps": metrics["steps"],
-                      "units": metrics["tokens"], "update_sequences": metrics["sequences_run"]}
+                      "units": metrics["tokens"], "update_sequences": metrics["sequences_run"],
+                      "iterations_per_hour": round(3600 / metrics["time_total"], 1)}
     first = rows[names[0][0]]["total_s"]
     for name, row in rows.items():
         row["ratio_to_broadcast"] = round(row["total_s"] / first, 3)
@@ -186,17 +204,12 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     memory = None if args.no_memory else train_memory(args)
     base = iteration_config(args)
     rows = iteration_rows(base, args.bc_episodes, ROWS, GOALS)
-    fork = None
-    if not args.no_fork:
-        config = fork_config(args)
-        fork_rows = iteration_rows(config, config.bc_episodes, FORK_ROWS, FORK_GOALS)
-        fork = {"config": {"env_id": config.env_id, "env_kwargs": config.env_kwargs, "model": config.model,
-                           "tasks_per_iter": config.tasks_per_iter, "group_size": config.group_size,
-                           "num_envs": config.num_envs, "continuations": config.continuations,
-                           "length_normalize": config.length_normalize,
-                           "policy": f"warm-started on {config.bc_episodes} demonstrations in "
-                                     f"{len(config.bc_styles or [None])} styles"},
-                "same_trajectories": same_trajectories(fork_rows), "rows": fork_rows}
+    fork = None if args.no_fork else preset_block(fork_config(args), FORK_ROWS, FORK_GOALS)
+    presets = {}
+    for name in [p for p in (args.presets or "").split(",") if p and p != "none"]:
+        if name not in PRESET_ROWS:
+            raise SystemExit(f"--presets: {name!r} is not one of {', '.join(PRESET_ROWS)} (fork: --no-fork)")
+        presets[name] = preset_block(preset_config(args, name), PRESET_ROWS[name], GOALS)
     return {
         "bench": "iteration",
         "settings": args.settings,
@@ -210,8 +223,23 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "same_trajectories": same_trajectories(rows),
         "rows": rows,
         "fork": fork,
+        "presets": presets,
         "memory": memory,
     }
+
+
+def preset_block(config: TrainConfig, names: Any, goals: dict[str, float]) -> dict[str, Any]:
+    """A preset's rows (:func:`iteration_rows`, from its own warm start) with the settings they ran."""
+    rows = iteration_rows(config, config.bc_episodes, names, goals)
+    return {"config": {"env_id": config.env_id, "env_kwargs": config.env_kwargs, "model": config.model,
+                       "tasks_per_iter": config.tasks_per_iter, "group_size": config.group_size,
+                       "num_envs": config.num_envs, "continuations": config.continuations,
+                       "length_normalize": config.length_normalize,
+                       "learner": {"epochs": config.pg.epochs, "minibatches": config.pg.minibatches,
+                                   "target_kl": config.pg.target_kl, "lr": config.pg.lr},
+                       "policy": f"warm-started on {config.bc_episodes} demonstrations in "
+                                 f"{len(config.bc_styles or [None])} styles"},
+            "same_trajectories": same_trajectories(rows), "rows": rows}
 
 
 def figures(result: dict[str, Any]) -> list[dict[str, Any]]:
@@ -227,6 +255,22 @@ def figures(result: dict[str, Any]) -> list[dict[str, Any]]:
         out.append(figure(f"RL iteration, fork preset, mosaic (goal <= {FORK_GOALS['fork-mosaic']}x)",
                           fork["fork-mosaic"]["total_s"], "s", "fork preset, broadcast",
                           fork["fork-broadcast"]["total_s"]))
+    for preset, block in result.get("presets", {}).items():
+        preset_rows = block["rows"]
+        learner = block["config"]["learner"]
+        for name, row in preset_rows.items():
+            epochs, minibatches = learner["epochs"], learner["minibatches"]
+            label = (f"{preset} preset (PPO {epochs} epoch{'s' * (epochs != 1)} x {minibatches} "
+                     f"minibatch{'es' * (minibatches != 1)}), {name}")
+            out.append(figure(f"RL iteration, {label}", row["total_s"], "s",
+                              *(("broadcast, same tasks and seeds", preset_rows["broadcast"]["total_s"])
+                                if name != "broadcast" else ())))
+    blocks = [("fork", result["fork"])] if result["fork"] is not None else []
+    blocks += list(result.get("presets", {}).items())
+    for preset, block in blocks:
+        for name, row in block["rows"].items():
+            out.append(figure(f"study preset {preset}, {name.removeprefix('fork-')}: RL iterations per hour",
+                              row["iterations_per_hour"], "iterations/h"))
     memory = result["memory"]
     if memory is not None:
         out.append(figure("mosaic train, peak RSS (goal <= 1536 MiB)", memory["peak_rss_mb"], "MiB",
@@ -236,10 +280,13 @@ def figures(result: dict[str, Any]) -> list[dict[str, Any]]:
 
 BENCHMARK = Benchmark(
     "iteration", "an RL iteration, phase by phase: broadcast, Mosaic (rollout), Mosaic (likelihood), and the "
-    "study's fork preset (broadcast, Mosaic); peak RSS of a short mosaic train run beside a bare process building "
-    "the same model", measure, figures, quick="fresh tiny-100k model, one group of 2 on a small site, 4 steps",
-    smoke="as --quick", defaults={"full": {"bc_episodes": 30}, "quick": {"bc_episodes": 0},
-                                  "smoke": {"bc_episodes": 0}}, options=options, torch=True)
+    "study's presets (summary = the learner's defaults, compaction, fork: seconds and iterations per hour); peak "
+    "RSS of a short mosaic train run beside a bare process building the same model", measure, figures,
+    quick="fresh tiny-100k model, one group of 2 on a small site, 4 steps",
+    smoke="as --quick", defaults={"full": {"bc_episodes": 30, "presets": ",".join(PRESET_ROWS)},
+                                  "quick": {"bc_episodes": 0, "presets": ",".join(PRESET_ROWS)},
+                                  "smoke": {"bc_episodes": 0, "presets": ",".join(PRESET_ROWS)}}, options=options,
+    torch=True)
 
 
 if __name__ == "__main__":
