@@ -105,7 +105,7 @@ class Problems:
         return self.lines + ([f"... and {more} more problems"] if more else [])
 
 
-def _lines(f: IO[bytes], name: str, problems: Problems, max_line_bytes: int) -> Iterator[tuple[int, bytes]]:
+def _lines(f: io.BufferedIOBase, name: str, problems: Problems, max_line_bytes: int) -> Iterator[tuple[int, bytes]]:
     """The lines of a binary file with their numbers (from 1), each at most ``max_line_bytes`` long: a longer one
     is reported and skipped a piece at a time, so it is never held whole. A last line without its newline (a
     write cut off) is reported and dropped."""
@@ -219,7 +219,7 @@ def check_record(record: Any) -> str | None:
     sessions, steps = record["sessions"], record["steps"]
     if not sessions:
         return "the record has no sessions"
-    nesting = []
+    nesting: list[int] = []
     for i, s in enumerate(sessions):
         problem = _fields(s, _SESSION_FIELDS, f"session {i}")
         if problem:
@@ -524,6 +524,8 @@ class ViewerServer(http.server.ThreadingHTTPServer):
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
+        if not isinstance(host, str):  # an AF_INET(6) socket's address is text; typeshed allows bytes for others
+            host = host.decode()
         return f"http://{host}:{port}/"
 
     def record(self, n: int) -> dict[str, Any] | None:
