@@ -12,11 +12,12 @@ committed default), the envs of a seed batched in one ``algos.rollout.Collector`
 - ``tools``: the mix of the well-formed calls; ``success``: the share of episodes answered right.
 
 Shares of steps come with a 95% interval clustered by episode (a ratio estimator over episodes: steps of one
-episode are not independent); success with a t-interval over episodes.
+episode are not independent); success with a normal interval over episodes.
 
-Usage (about 2-4 minutes a variant on 2 CPU cores at the defaults)::
+Usage (a variant at the defaults, 20 tasks x 2 seeds: about 16 minutes on 2 busy CPU cores; docs/smollm2.md
+has the runs)::
 
-    nice -n 10 python scripts/smollm2_zero_shot.py --out results/smollm2/zero_shot.json
+    nice -n 10 python scripts/smollm2_zero_shot.py --variants default --out results/smollm2/zero_shot/default.json
     python scripts/smollm2_zero_shot.py --variants default,mira --tasks 4 --seeds 0   # a quick look
 """
 
