@@ -252,7 +252,7 @@ class LLMAgent(RecordingAgent):
         score_cache_choices: choose mode: keep the candidate scores of up to this many recent choices, by the
             token ids of their prompt and candidates, and do not score a choice again that repeats one (a
             group's runs open with the same state; a continuation's first step repeats the step it branched
-            from). Emptied, like the prefix store, when the weights change and by :meth:`reset`. ``0``: off.
+            from). Emptied, like the context store, when the weights change and by :meth:`reset`. ``0``: off.
         examples: messages put after the env's system message in every prompt: a worked exchange that shows a
             small instruct model the call format (:data:`envs.prompts.EXAMPLE_EXCHANGE`; ``()``: none). They
             are the agent's own prefix: the env's window does not count them.
