@@ -201,15 +201,15 @@ def same_trajectories(rows: dict[str, dict[str, Any]]) -> bool:
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     """The whole benchmark, as ``args`` (its command line's) set it, as one JSON-ready dict."""
+    preset_names = [p for p in (args.presets or "").split(",") if p and p != "none"]
+    for name in preset_names:
+        if name not in PRESET_ROWS:
+            raise SystemExit(f"--presets: {name!r} is not one of {', '.join(PRESET_ROWS)} (fork: --no-fork)")
     memory = None if args.no_memory else train_memory(args)
     base = iteration_config(args)
     rows = iteration_rows(base, args.bc_episodes, ROWS, GOALS)
     fork = None if args.no_fork else preset_block(fork_config(args), FORK_ROWS, FORK_GOALS)
-    presets = {}
-    for name in [p for p in (args.presets or "").split(",") if p and p != "none"]:
-        if name not in PRESET_ROWS:
-            raise SystemExit(f"--presets: {name!r} is not one of {', '.join(PRESET_ROWS)} (fork: --no-fork)")
-        presets[name] = preset_block(preset_config(args, name), PRESET_ROWS[name], GOALS)
+    presets = {name: preset_block(preset_config(args, name), PRESET_ROWS[name], GOALS) for name in preset_names}
     return {
         "bench": "iteration",
         "settings": args.settings,
