@@ -341,6 +341,9 @@ def rl_iteration(config: TrainConfig, it: int, agent: LLMAgent, learner: PolicyG
         all_adv.append(np.array(list(advantage.values())))
     if log_to is not None:
         logs.write_records(log_to, logged)
+    # The agent's caches hold keys and values of the weights the update replaces (its next use drops them): free
+    # them now, so they do not stand beside the update's own memory.
+    agent.reset()
     with times.phase("update"):
         stats = learner.update(sequences)
     adv_all = np.concatenate(all_adv) if all_adv else np.zeros(1)
