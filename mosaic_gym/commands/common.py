@@ -316,7 +316,7 @@ def apply_config(args: argparse.Namespace) -> None:
     ``ValueError`` (ConfigError) of one line for a file that is not settings."""
     if not getattr(args, "config", None):
         return
-    from .train import read_settings
+    from .settings_file import read_settings
 
     settings = read_settings(args.config)
     if settings.get("eval_temperature") is not None:

@@ -16,14 +16,13 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
-import difflib
-import json
 import os
 import sys
 import warnings
 from pathlib import Path
 from typing import Any
 
+from .settings_file import read_settings
 from .common import (ENV_FLAGS, Flag, Given, HelpFormatter, add_flags, at_least, budgets, fraction, help_of,
                      int_list, json_value, non_negative, optional, parse_hops, positive, quiet_progress,
                      read_env_kwargs, shared_flags, temperature)
@@ -97,6 +96,11 @@ def train_flags() -> list[tuple[Flag, str]]:
             out.append((shared[key], SHARED_SETTINGS[key]))
     out.append((shared["env_kwargs"], "env_kwargs"))
     return out
+
+
+def flag_settings() -> dict[str, str]:
+    """A flag's dest -> the setting it sets (what a misspelt key of a ``--config`` file may have meant)."""
+    return {flag.key: setting for flag, setting in train_flags()}
 
 
 def cli_defaults() -> dict[str, Any]:
@@ -182,104 +186,6 @@ def settings_of(args: argparse.Namespace) -> dict[str, str]:
 # --- --config FILE ---------------------------------------------------------------------------------------------
 
 
-def read_settings(path: str | Path) -> dict[str, Any]:
-    """The settings in a TOML, YAML or JSON file, checked: each key a setting's name (``pg`` and ``env_kwargs``
-    tables), each value of its type (``"none"`` for None, as TOML has no null). A :class:`ConfigError` of one line
-    naming the file and the key, and the close match of a misspelt one, otherwise."""
-    from algos.learn.config import ConfigError
-
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise ConfigError(f"--config {path}: cannot read it ({err.strerror or err})") from None
-    suffix = path.suffix.lower()
-    try:
-        if suffix == ".toml":
-            import tomllib
-
-            data = tomllib.loads(text)
-        elif suffix in (".yaml", ".yml"):
-            try:
-                import yaml
-            except ImportError:
-                raise ConfigError(f"--config {path}: reading YAML needs PyYAML (pip install pyyaml); or write the "
-                                  f"settings as TOML") from None
-            data = yaml.safe_load(text)
-        elif suffix == ".json":
-            data = json.loads(text)
-        else:
-            raise ConfigError(f"--config {path}: give a .toml, .yaml, .yml or .json file")
-    except ConfigError:
-        raise
-    except Exception as err:  # tomllib.TOMLDecodeError, yaml.YAMLError, json.JSONDecodeError
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise ConfigError(f"--config {path} is not valid {suffix[1:].upper()}: {first}") from None
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"--config {path}: the settings must be a table of names and values, not a "
-                          f"{type(data).__name__}")
-    return {name: _checked(path, name, value) for name, value in _flat(path, data).items()}
-
-
-def _names() -> dict[str, Any]:
-    """Every setting a file may give -> its field (``env_kwargs``: the whole dict)."""
-    from algos.learn.config import PGConfig, TrainConfig
-
-    names = {f.name: f for f in dataclasses.fields(TrainConfig) if f.name not in ("pg", "resume")}
-    names.update({f"pg.{f.name}": f for f in dataclasses.fields(PGConfig)})
-    return names
-
-
-def _flat(path: Path, data: dict[str, Any]) -> dict[str, Any]:
-    """``{"pg": {"lr": 1}}`` -> ``{"pg.lr": 1}`` (env_kwargs stays one dict), every name known."""
-    from algos.learn.config import ConfigError
-
-    names, flat = _names(), {}
-    for key, value in data.items():
-        if key == "pg" and isinstance(value, dict):
-            flat.update({f"pg.{k}": v for k, v in value.items()})
-        else:
-            flat[str(key)] = value
-    for name in flat:
-        if name not in names:
-            raise ConfigError(f"--config {path}: {name!r} is not a setting{_close_match(name, names)}")
-    return flat
-
-
-def _close_match(name: str, names) -> str:
-    """`` (did you mean 'pg.lr'?)`` for a misspelt setting, a flag's dest or a flag's name; else ``""``."""
-    bare = name.lstrip("-").replace("-", "_")
-    by_dest = {flag.key: setting for flag, setting in train_flags()}
-    if bare in by_dest:
-        return f" (did you mean {by_dest[bare]!r}?)"
-    pool = {**{n: n for n in names}, **{n.split(".", 1)[1]: n for n in names if "." in n},
-            **{k: v for k, v in by_dest.items()}}
-    match = difflib.get_close_matches(bare, pool, n=1, cutoff=0.6)
-    return f" (did you mean {pool[match[0]]!r}?)" if match else f"; settings: {', '.join(sorted(names))}"
-
-
-_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,), "list": (list,), "dict": (dict,)}
-
-
-def _checked(path: Path, name: str, value: Any) -> Any:
-    """``value`` when it is of the setting's type (``"none"``: None where None is allowed); a one-line
-    ConfigError otherwise."""
-    from algos.learn.config import ConfigError
-
-    kinds = [k.strip() for k in str(_names()[name].type).split("|")]
-    if "None" in kinds and (value is None or (isinstance(value, str) and value.lower() == "none")):
-        return None
-    allowed = tuple(t for k in kinds for t in _TYPES.get(k, ()))
-    if isinstance(value, allowed) and not (isinstance(value, bool) and bool not in allowed):
-        return value
-    raise ConfigError(f"--config {path}: {name} = {value!r} is not {' or '.join(kinds)}")
-
-
-# --- flags and file -> TrainConfig ------------------------------------------------------------------------------
-
-
 def config_from_args(args: argparse.Namespace):
     """The run's settings: :func:`cli_defaults`, then ``--config FILE``'s, then each flag given.
 
@@ -290,7 +196,7 @@ def config_from_args(args: argparse.Namespace):
 
     data = cli_defaults()
     if args.config:
-        settings = read_settings(args.config)
+        settings = read_settings(args.config, flag_settings())
         if settings.get("pg.advantage", settings.get("algo", data["algo"])) != settings.get("algo", data["algo"]):
             raise ConfigError(f"--config {args.config}: pg.advantage = {settings['pg.advantage']!r} but algo = "
                               f"{settings.get('algo', data['algo'])!r}: the learner assigns the algo's credit; set "
@@ -347,9 +253,9 @@ def _given_settings(args: argparse.Namespace) -> list[tuple[str, str]]:
     """``(setting, how it was given)`` for each setting a flag given or the ``--config`` file sets."""
     out = []
     if args.config:
-        out += [(name, f"--config {args.config}'s {name}") for name in read_settings(args.config)
+        out += [(name, f"--config {args.config}'s {name}") for name in read_settings(args.config, flag_settings())
                 if name != "env_kwargs"]
-        env = read_settings(args.config).get("env_kwargs")
+        env = read_settings(args.config, flag_settings()).get("env_kwargs")
         out += [(f"env_kwargs.{k}", f"--config {args.config}'s env_kwargs.{k}") for k in (env or {})]
     by_dest = settings_of(args)
     for dest in args.given:
