@@ -37,8 +37,8 @@ class _WithListing(argparse.RawDescriptionHelpFormatter):
 
 
 EXAMPLES = """examples:
-  mosaic bench --quick                      # about 3 minutes on two shared cores
-  mosaic bench --smoke                      # about 2.5 minutes: every benchmark runs and reports, figures too
+  mosaic bench --quick                      # about 2 minutes on two idle cores
+  mosaic bench --smoke                      # about 1 minute: every benchmark runs and reports, figures too
                                             # short to trust (most of it starting Ray, a model server, Chromium)
   mosaic bench --only iteration --quick     # seconds: the RL iteration rows alone, the fork preset's included
   mosaic bench --out bench-results          # the full run
@@ -54,9 +54,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         epilog=EXAMPLES,
         formatter_class=_WithListing,
     )
-    add_settings_flags(p, quick="small settings: about 3 minutes on two shared cores, half of it starting Ray "
+    add_settings_flags(p, quick="small settings: about 2 minutes on two idle cores, half of it starting Ray "
                                 "workers and a model server (twice)",
-                       smoke="the smallest settings: about 2.5 minutes on two shared cores, nearly all of it "
+                       smoke="the smallest settings: about 1 minute on two idle cores, nearly all of it "
                              "starting processes (Ray, a model server, Chromium, the memory run's); checks that "
                              "every benchmark runs and reports, its figures are too short to trust")
     p.add_argument("--only", type=lambda text: [n.strip() for n in text.split(",") if n.strip()], default=None,
