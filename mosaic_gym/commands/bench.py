@@ -41,7 +41,7 @@ EXAMPLES = """examples:
   mosaic bench --smoke                      # about 1 minute: every benchmark runs and reports, figures too
                                             # short to trust (most of it starting Ray, a model server, Chromium)
   mosaic bench --only iteration --quick     # seconds: the RL iteration rows alone, the fork preset's included
-  mosaic bench --out bench-results          # the full run
+  mosaic bench --out bench-results          # the full run: about 20 minutes on two idle cores
   mosaic bench --only env,trainer --threads 2
 """
 
