@@ -93,9 +93,11 @@ class Collector:
     """
 
     def __init__(self, make_env: Callable[[], gym.Env] | None, num_envs: int, pool: EnvPool | None = None):
-        if pool is None and make_env is None:
-            raise ValueError("Collector needs make_env or a pool")
-        self.pool = pool if pool is not None else LocalPool(make_env, num_envs)
+        if pool is None:
+            if make_env is None:
+                raise ValueError("Collector needs make_env or a pool")
+            pool = LocalPool(make_env, num_envs)
+        self.pool = pool
         self.num_envs = self.pool.num_envs
 
     @property
@@ -186,7 +188,9 @@ def _act(agent: Any, observations: list[str], infos: list[dict[str, Any]]
          ) -> tuple[list[str], list[AgentStep | None]]:
     """The agent's actions and, from a :class:`agents.base.RecordingAgent`, its step records (else None each)."""
     if isinstance(agent, RecordingAgent):
-        return agent.act_batch_recorded(observations, infos)
+        actions, recorded = agent.act_batch_recorded(observations, infos)
+        steps: list[AgentStep | None] = list(recorded)
+        return actions, steps
     return agent.act_batch(observations, infos), [None] * len(observations)
 
 
