@@ -1,5 +1,6 @@
 """Helpers for the tests (not fixtures: those are in conftest.py): the small site's size and the test model, the
-stream of an agent's steps, the shape of a bench report, and float32 tolerances. Tests import them from here
+stream of an agent's steps, the shape of a bench report, float32 tolerances, and a script or example loaded as a
+module. Tests import them from here
 (``from helpers import SITE_SIZE``), never from conftest.
 
 :func:`float32_tol` is the tolerance for comparing one float32 quantity computed along two paths (a stored score
@@ -9,8 +10,11 @@ torch's CPU kernels pick their order by the CPU (AVX-512, AVX2, none), so the la
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
+from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 
@@ -72,3 +76,12 @@ def float32_tol(n_terms: int, scale: float = 1.0) -> float:
     if n_terms < 1 or not scale > 0:
         raise ValueError(f"n_terms must be at least 1 and scale positive, got {n_terms}, {scale}")
     return n_terms * FLOAT32_EPS * scale
+
+
+def load_module(path: Path, name: str) -> ModuleType:
+    """The Python file at ``path`` (a script or an example, which are no package) run as a module named ``name``."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None, f"{path} is not a Python file"
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

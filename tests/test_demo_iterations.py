@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+
+from helpers import load_module
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "demo_iterations.py"
 
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("demo_iterations", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module(SCRIPT, "demo_iterations")
 
 
 @pytest.fixture(scope="module")

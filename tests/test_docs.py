@@ -4,11 +4,12 @@ builds them from results/."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 
 import pytest
+
+from helpers import load_module
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -93,9 +94,7 @@ def test_results_stay_within_their_budget_and_each_plot_and_folder_is_cited():
 
 
 def test_the_study_page_holds_the_tables_the_script_builds_from_results():
-    spec = importlib.util.spec_from_file_location("study_readme", ROOT / "scripts" / "study_readme.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_module(ROOT / "scripts" / "study_readme.py", "study_readme")
     page = (ROOT / script.PAGE).read_text()
     built = page.split(script.START, 1)[1].split(script.END, 1)[0].strip()
     assert built == script.block()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
@@ -12,16 +11,13 @@ import gymnasium as gym
 
 import envs  # noqa: F401  (registers the environments)
 from agents import Agent
-from helpers import SITE_SIZE
+from helpers import SITE_SIZE, load_module
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module(EXAMPLES / f"{name}.py", f"example_{name}")
 
 
 def test_custom_agent_example_runs_from_the_command_line():

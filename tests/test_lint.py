@@ -14,18 +14,19 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _ruff() -> list[str]:
-    beside = Path(sys.executable).with_name("ruff")
+def _tool(name: str) -> list[str]:
+    """The dev tool ``name`` (ruff, mypy): the one beside this Python (the venv's), else the one on PATH."""
+    beside = Path(sys.executable).with_name(name)
     if beside.exists():
         return [str(beside)]
-    found = shutil.which("ruff")
+    found = shutil.which(name)
     if found is None:
-        pytest.fail("ruff is not installed: run the README's setup (it installs the dev extra, which holds ruff)")
+        pytest.fail(f"{name} is not installed: run the README's setup (it installs the dev extra, which holds {name})")
     return [found]
 
 
 def test_ruff_finds_nothing():
-    done = subprocess.run([*_ruff(), "check", "--no-cache", "envs", "agents", "algos", "mosaic_gym", "tests",
+    done = subprocess.run([*_tool("ruff"), "check", "--no-cache", "envs", "agents", "algos", "mosaic_gym", "tests",
                            "scripts", "examples"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
 
@@ -33,25 +34,15 @@ def test_ruff_finds_nothing():
 def test_ruff_would_catch_an_unused_import(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("import os\n")
-    done = subprocess.run([*_ruff(), "check", "--no-cache", "--config", str(ROOT / "pyproject.toml"), str(bad)],
+    done = subprocess.run([*_tool("ruff"), "check", "--no-cache", "--config", str(ROOT / "pyproject.toml"), str(bad)],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode != 0 and "F401" in done.stdout
-
-
-def _mypy() -> list[str]:
-    beside = Path(sys.executable).with_name("mypy")
-    if beside.exists():
-        return [str(beside)]
-    found = shutil.which("mypy")
-    if found is None:
-        pytest.fail("mypy is not installed: run the README's setup (it installs the dev extra, which holds mypy)")
-    return [found]
 
 
 def test_mypy_finds_nothing_in_the_packages():
     """mypy over the four packages with the settings in pyproject.toml ([tool.mypy]): its list of modules whose
     errors are not reported yet only shrinks; an error in any other module fails here."""
-    done = subprocess.run([*_mypy(), "envs", "agents", "algos", "mosaic_gym"], cwd=ROOT, capture_output=True,
+    done = subprocess.run([*_tool("mypy"), "envs", "agents", "algos", "mosaic_gym"], cwd=ROOT, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
 
@@ -59,6 +50,6 @@ def test_mypy_finds_nothing_in_the_packages():
 def test_mypy_would_catch_a_wrong_type(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("def f(x: int) -> str:\n    return x\n")
-    done = subprocess.run([*_mypy(), "--config-file", str(ROOT / "pyproject.toml"), str(bad)], cwd=tmp_path,
+    done = subprocess.run([*_tool("mypy"), "--config-file", str(ROOT / "pyproject.toml"), str(bad)], cwd=tmp_path,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode != 0 and "return-value" in done.stdout

@@ -3,7 +3,6 @@ measures how often SmolLM2 writes a valid call after it (scripts/smollm2_zero_sh
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -13,17 +12,14 @@ import pytest
 from envs.actions import parse_action
 from envs.prompts import EXAMPLE_EXCHANGE
 
-from helpers import SITE_SIZE, TEST_MODEL
+from helpers import SITE_SIZE, TEST_MODEL, load_module
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "smollm2_zero_shot.py"
 
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("smollm2_zero_shot", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module(SCRIPT, "smollm2_zero_shot")
 
 
 def calls():

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import warnings
 from pathlib import Path
@@ -17,7 +16,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
 import envs
 import envs.sb3
-from helpers import SITE_SIZE
+from helpers import SITE_SIZE, load_module
 from envs.actions import parse_action
 from envs.sb3 import (GLOBAL_FEATURES, INVALID_ACTION, SLOT_FEATURES, TOOLS, CandidateActions, fit_candidates,
                       make_sb3_env)
@@ -186,10 +185,7 @@ def test_vectorised_envs_dummy_and_subprocess():
 
 
 def load_example():
-    spec = importlib.util.spec_from_file_location("sb3_ppo_example", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module(EXAMPLE, "sb3_ppo_example")
 
 
 def test_example_help_answers(capsys):
