@@ -52,6 +52,15 @@ def _finite_vector(values: ArrayLike, name: str) -> np.ndarray:
     return array
 
 
+def _change(before: ArrayLike, before_name: str, after: ArrayLike, after_name: str) -> np.ndarray:
+    """``after - before`` per session (eqs. 6 and 8), both finite vectors of one shape."""
+    start = _finite_vector(before, before_name)
+    end = _finite_vector(after, after_name)
+    if start.shape != end.shape:
+        raise ValueError(f"{after_name} must have the shape of {before_name} {start.shape}, got {end.shape}")
+    return end - start
+
+
 def _rewards(rewards: ArrayLike) -> np.ndarray:
     array = _finite_vector(rewards, "rewards")
     if array.size == 0:
@@ -235,11 +244,7 @@ def rollout_contributions(values_start: ArrayLike, values_end: ArrayLike) -> np.
         >>> rollout_contributions([0.5, 0.5], [0.9, 0.5]).tolist()
         [0.4, 0.0]
     """
-    start = _finite_vector(values_start, "values_start")
-    end = _finite_vector(values_end, "values_end")
-    if start.shape != end.shape:
-        raise ValueError(f"values_end must have the shape of values_start {start.shape}, got {end.shape}")
-    return end - start
+    return _change(values_start, "values_start", values_end, "values_end")
 
 
 def compaction_chain_contributions(
@@ -292,11 +297,7 @@ def likelihood_contributions(logp_before: ArrayLike, logp_after: ArrayLike) -> n
         >>> likelihood_contributions([-4.0, -2.0], [-1.0, -2.5]).tolist()
         [3.0, -0.5]
     """
-    before = _finite_vector(logp_before, "logp_before")
-    after = _finite_vector(logp_after, "logp_after")
-    if before.shape != after.shape:
-        raise ValueError(f"logp_after must have the shape of logp_before {before.shape}, got {after.shape}")
-    return after - before
+    return _change(logp_before, "logp_before", logp_after, "logp_after")
 
 
 def by_name(
