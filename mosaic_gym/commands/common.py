@@ -149,6 +149,8 @@ def json_value(text: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as err:
         raise argparse.ArgumentTypeError(f"{text!r} is not JSON ({err})") from None
+
+
 def int_list(text: str) -> list[int]:
     """``"1,2,4"`` -> ``[1, 2, 4]``; argparse reports anything else.
 
@@ -179,8 +181,6 @@ def fraction(text: str) -> float:
     if not 0 < value <= 1:  # nan fails too
         raise argparse.ArgumentTypeError(f"{text!r} is not a fraction in (0, 1], e.g. 0.5")
     return value
-
-
 
 
 def help_of(setting: str) -> str:
@@ -273,8 +273,9 @@ def env_kwargs(args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
     file_env = getattr(args, "config_env", None)
     given = set(getattr(args, "given", ())) if file_env is not None else None
     kwargs: dict[str, Any] = dict(file_env or {})
-    for key in ("site", "site_seed", "site_size", "max_steps", "session_max_tokens", "summary_choices", "backend",
-                "hops"):
+    for key in ENV_FLAGS:
+        if key in ("env", "env_kwargs"):  # (the id, and the JSON read below)
+            continue
         value = getattr(args, key)
         if value is not None and (given is None or key in given):
             kwargs[key] = parse_hops(value) if key == "hops" else value

@@ -51,7 +51,9 @@ def read_settings(path: str | Path, flags: Mapping[str, str] | None = None) -> d
     if not isinstance(data, dict):
         raise ConfigError(f"--config {path}: the settings must be a table of names and values, not a "
                           f"{type(data).__name__}")
-    return {name: _checked(path, name, value) for name, value in _flat(path, data, flags or {}).items()}
+    names = _names()
+    return {name: _checked(path, name, value, names[name].type)
+            for name, value in _flat(path, data, names, flags or {}).items()}
 
 
 def _names() -> dict[str, Any]:
@@ -63,11 +65,11 @@ def _names() -> dict[str, Any]:
     return names
 
 
-def _flat(path: Path, data: dict[str, Any], flags: Mapping[str, str]) -> dict[str, Any]:
+def _flat(path: Path, data: dict[str, Any], names: Mapping[str, Any], flags: Mapping[str, str]) -> dict[str, Any]:
     """``{"pg": {"lr": 1}}`` -> ``{"pg.lr": 1}`` (env_kwargs stays one dict), every name known."""
     from algos.learn.config import ConfigError
 
-    names, flat = _names(), {}
+    flat: dict[str, Any] = {}
     for key, value in data.items():
         if key == "pg" and isinstance(value, dict):
             flat.update({f"pg.{k}": v for k, v in value.items()})
@@ -94,18 +96,15 @@ def _close_match(name: str, names, by_dest: Mapping[str, str]) -> str:
 _TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,), "list": (list,), "dict": (dict,)}
 
 
-def _checked(path: Path, name: str, value: Any) -> Any:
-    """``value`` when it is of the setting's type (``"none"``: None where None is allowed); a one-line
+def _checked(path: Path, name: str, value: Any, kind: Any) -> Any:
+    """``value`` when it is of the setting's type ``kind`` (``"none"``: None where None is allowed); a one-line
     ConfigError otherwise."""
     from algos.learn.config import ConfigError
 
-    kinds = [k.strip() for k in str(_names()[name].type).split("|")]
+    kinds = [k.strip() for k in str(kind).split("|")]
     if "None" in kinds and (value is None or (isinstance(value, str) and value.lower() == "none")):
         return None
     allowed = tuple(t for k in kinds for t in _TYPES.get(k, ()))
     if isinstance(value, allowed) and not (isinstance(value, bool) and bool not in allowed):
         return value
     raise ConfigError(f"--config {path}: {name} = {value!r} is not {' or '.join(kinds)}")
-
-
-# --- flags and file -> TrainConfig ------------------------------------------------------------------------------

@@ -22,10 +22,10 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from .settings_file import read_settings
 from .common import (ENV_FLAGS, Flag, Given, HelpFormatter, add_flags, at_least, budgets, fraction, help_of,
                      int_list, json_value, non_negative, optional, parse_hops, positive, quiet_progress,
                      read_env_kwargs, shared_flags, temperature)
+from .settings_file import read_settings
 
 # The shared flags that are settings of the run, and what they set (dotted TrainConfig names).
 SHARED_SETTINGS = {
@@ -99,7 +99,8 @@ def train_flags() -> list[tuple[Flag, str]]:
 
 
 def flag_settings() -> dict[str, str]:
-    """A flag's dest -> the setting it sets (what a misspelt key of a ``--config`` file may have meant)."""
+    """A flag's dest -> the setting it sets: what ``--resume`` checks a flag given against, and what a misspelt
+    key of a ``--config`` file may have meant."""
     return {flag.key: setting for flag, setting in train_flags()}
 
 
@@ -178,14 +179,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run, given=(), given_as={})
 
 
-def settings_of(args: argparse.Namespace) -> dict[str, str]:
-    """dest -> the setting it sets, for every flag of ``mosaic train`` that sets one."""
-    return {flag.key: setting for flag, setting in train_flags()}
-
-
-# --- --config FILE ---------------------------------------------------------------------------------------------
-
-
 def config_from_args(args: argparse.Namespace):
     """The run's settings: :func:`cli_defaults`, then ``--config FILE``'s, then each flag given.
 
@@ -252,12 +245,12 @@ def _apply(data: dict[str, Any], setting: str, value: Any) -> None:
 def _given_settings(args: argparse.Namespace) -> list[tuple[str, str]]:
     """``(setting, how it was given)`` for each setting a flag given or the ``--config`` file sets."""
     out = []
+    by_dest = flag_settings()
     if args.config:
-        out += [(name, f"--config {args.config}'s {name}") for name in read_settings(args.config, flag_settings())
-                if name != "env_kwargs"]
-        env = read_settings(args.config, flag_settings()).get("env_kwargs")
-        out += [(f"env_kwargs.{k}", f"--config {args.config}'s env_kwargs.{k}") for k in (env or {})]
-    by_dest = settings_of(args)
+        settings = read_settings(args.config, by_dest)
+        out += [(name, f"--config {args.config}'s {name}") for name in settings if name != "env_kwargs"]
+        out += [(f"env_kwargs.{k}", f"--config {args.config}'s env_kwargs.{k}")
+                for k in (settings.get("env_kwargs") or {})]
     for dest in args.given:
         if dest == "env_kwargs":
             out += [(f"env_kwargs.{k}", _flag(dest, args)) for k in read_env_kwargs(args.env_kwargs)]
