@@ -32,6 +32,7 @@ from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 from envs.actions import call_complete
 from envs.prompts import render_transcript
 
+from .attention import use_skip_hidden_keys
 from .base import RecordingAgent
 from .lm import Branch, cache_kwarg, cache_rows, candidate_log_policy, reserved_cache, score_tree
 from .records import AgentStep
@@ -289,6 +290,7 @@ class LLMAgent(RecordingAgent):
             raise ValueError(f"mode must be 'generate' or 'choose', got {mode!r}")
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {temperature}")
+        use_skip_hidden_keys(model)  # (the same outputs as SDPA, less work on CPU: agents.attention)
         self.model = model
         self.tokenizer = tokenizer
         self.mode = mode

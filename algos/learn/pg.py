@@ -38,6 +38,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import torch
 
+from agents.attention import use_skip_hidden_keys
 from agents.records import TrainSequence
 
 from algos.credit import advantages as adv
@@ -57,6 +58,7 @@ class PolicyGradient:
         self.config = config or PGConfig()
         self.device = torch.device(self.config.device)
         self.model = model.to(self.device, dtype=getattr(torch, self.config.dtype))
+        use_skip_hidden_keys(self.model)  # (the same outputs as SDPA, less work on CPU: agents.attention)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=self.config.lr,
                                            weight_decay=self.config.weight_decay)
         self.ref_model = None
