@@ -437,6 +437,10 @@ class LLMAgent(RecordingAgent):
         # A chat template writes its own special tokens; a bare transcript gets the tokenizer's (e.g. a BOS).
         return self.tokenizer(text, add_special_tokens=first and not self._chat)["input_ids"]
 
+    def _encode_many(self, texts: Sequence[str]) -> list[list[int]]:
+        """:meth:`_encode` (not the first) of each text, in one call to the tokenizer."""
+        return list(self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]) if texts else []
+
     def _decode(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
@@ -545,9 +549,17 @@ class LLMAgent(RecordingAgent):
     def _row_kv(cache: DynamicCache, mask: torch.Tensor, i: int) -> KV:
         """Row ``i``'s keys/values without its padding: the cache columns where its mask is 1."""
         columns = mask[i, : cache.layers[0].keys.shape[2]].nonzero().squeeze(1)
-        return tuple(
-            (layer.keys[i : i + 1, :, columns], layer.values[i : i + 1, :, columns]) for layer in cache.layers
-        )
+        # The columns are a few runs (its past, right-aligned, then its new tokens): copied as slices, which is
+        # several times faster than gathering them one by one.
+        gaps = ((columns[1:] - columns[:-1]) != 1).nonzero().squeeze(1).tolist()
+        bounds = [0, *(g + 1 for g in gaps), len(columns)]
+        runs = [(int(columns[a]), int(columns[b - 1]) + 1) for a, b in zip(bounds, bounds[1:]) if b > a]
+
+        def rows(t: torch.Tensor) -> torch.Tensor:
+            parts = [t[i : i + 1, :, a:b] for a, b in runs]
+            return torch.cat(parts, 2) if len(parts) != 1 else parts[0].clone()
+
+        return tuple((rows(layer.keys), rows(layer.values)) for layer in cache.layers)
 
     def _sample(self, scores: torch.Tensor) -> torch.Tensor:
         """Indices drawn from ``softmax(scores / temperature)`` per row (argmax at temperature 0)."""
@@ -625,7 +637,9 @@ class LLMAgent(RecordingAgent):
         step of its session feeds what the cache lacks. Every env still draws from the generator in order, so
         the draws are those of a batch that scored every env.
         """
-        cand_ids = [[self._encode(c, False) for c in cands] for cands in candidates]
+        flat = self._encode_many([c for cands in candidates for c in cands])  # (one tokenizer call: faster)
+        bounds = np.cumsum([0, *map(len, candidates)])
+        cand_ids = [flat[a:b] for a, b in zip(bounds, bounds[1:])]
         if any(not ids for env_ids in cand_ids for ids in env_ids):
             raise ValueError("every candidate must be a non-empty action string")
         # (with the store off, every env's choice is its own: scored, even where another env repeats it)

@@ -684,3 +684,14 @@ def test_the_prefix_store_acts_as_no_store_on_any_prompts(tiny, questions, capac
     for a, b in zip(*runs):
         assert (a.text, a.prompt_ids) == (b.text, b.prompt_ids)
         torch.testing.assert_close(a.choice_probs, b.choice_probs, atol=_path_tol(a), rtol=0)
+
+
+def test_choose_mode_encodes_each_candidate_as_encode_action_does(tiny):
+    """The candidates are tokenized in one call per step: each one's ids are those encode_action gives it."""
+    model, tokenizer = tiny
+    agent = LLMAgent(model, tokenizer, mode="choose", seed=0)
+    candidates = [['search("Edra Vane")', 'answer("x")', 'open(3)'], ['search("Orin Tal")'], ['answer("ä ☃ 12")']]
+    infos = [_info(_messages("where was Edra Vane born?"), session_id=k, candidates=c) for k, c in enumerate(candidates)]
+    _, steps = agent.act_batch_recorded([""] * len(infos), infos)
+    for step, cands in zip(steps, candidates):
+        assert step.candidate_ids == [agent.encode_action(c) for c in cands]
