@@ -9,8 +9,10 @@ from __future__ import annotations
 from helpers import bench_smoke
 
 
-def test_iteration_bench_runs_every_algorithm_on_the_same_episodes(tmp_path):
+def test_iteration_bench_runs_every_algorithm_on_the_same_episodes(tmp_path, capfd):
     iteration = bench_smoke(tmp_path, ("iteration",))["benchmarks"]["iteration"]
+    err = capfd.readouterr().err  # (--no-progress: the benchmark's own bars are hidden too)
+    assert "warm start" not in err and "rollouts" not in err
     assert iteration["same_trajectories"], iteration["rows"]  # the three rows ran the same episodes
     assert iteration["rows"]["broadcast"]["continuations_s"] == iteration["rows"]["broadcast"]["scoring_s"] == 0
     assert iteration["rows"]["mosaic-rollout"]["continuations_s"] > 0 < iteration["rows"]["mosaic-likelihood"]["scoring_s"]

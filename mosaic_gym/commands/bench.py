@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from ..bench.common import add_settings_flags
+from .common import quiet_progress
 
 DESCRIPTION = """\
 Run the benchmarks and print one table: every figure beside its bare baseline (the same work with nothing of
@@ -67,7 +68,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         "else torch's choice)")
     p.add_argument("--out", type=Path, default=Path("bench-results"), metavar="DIR",
                    help="folder for bench.json and the PNG plot (default: bench-results)")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bars (the benchmarks' own too)")
     p.set_defaults(run=run)
 
 
@@ -80,8 +81,9 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as err:
         print(f"mosaic bench: {err}", file=sys.stderr)
         return 2
-    result = suite.run_suite(settings=args.settings, only=args.only, threads=args.threads, out=args.out,
-                             progress=not args.no_progress)
+    with quiet_progress(args.no_progress):  # (the benchmarks' own bars too: warm starts, rollouts)
+        result = suite.run_suite(settings=args.settings, only=args.only, threads=args.threads, out=args.out,
+                                 progress=not args.no_progress)
     print(suite.summary(result))
     print("wrote " + ", ".join(result["files"]))
     return 1 if result["errors"] else 0
