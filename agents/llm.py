@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any, Hashable, Sequence
+from typing import Any, Hashable, Sequence, cast
 
 import numpy as np
 import torch
@@ -357,6 +357,7 @@ class LLMAgent(RecordingAgent):
         prompts = [self._prompt(obs, info) for obs, info in zip(observations, infos)]
         self._check_weights()
         rows, prompt_ids = [], []
+        results: Sequence[tuple[AgentStep, KV | None]]
         for key, prompt in zip(keys, prompts):
             ids, kv = self._context(key, prompt)
             prompt_ids.append(ids)
@@ -430,7 +431,8 @@ class LLMAgent(RecordingAgent):
             head = 1 if messages and messages[0]["role"] == "system" else 0
             messages = [*messages[:head], *self.examples, *messages[head:]]
         if self._chat:
-            return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+            # (a string: tokenize=False; the stub's return type covers every combination of the arguments)
+            return cast(str, self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False))
         return render_transcript(messages)
 
     def _encode(self, text: str, first: bool) -> list[int]:
@@ -441,8 +443,9 @@ class LLMAgent(RecordingAgent):
         """:meth:`_encode` (not the first) of each text, in one call to the tokenizer."""
         return list(self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]) if texts else []
 
-    def _decode(self, ids: Sequence[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    def _decode(self, ids: list[int]) -> str:
+        # (one sequence of ids decodes to one string; the stub's str | list[str] covers a batch of sequences too)
+        return cast(str, self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False))
 
     def _without_eos(self, ids: list[int]) -> list[int]:
         return ids[:-1] if ids and ids[-1] in self._eos_ids else ids
@@ -462,6 +465,7 @@ class LLMAgent(RecordingAgent):
             ids = self._encode(prompt, True)
             return ids, self._prefixes.longest_prefix(ids)
         text, n = reused
+        assert session is not None  # (reused is one of its checkpoints)
         ids = session.ids[:n] + self._encode(prompt[len(text) :], False)
         # The session's keys move to this step's row (the step stores the session's new ones when it ends): a
         # step that fails leaves the session to recompute them, over the same tokens.
@@ -512,7 +516,9 @@ class LLMAgent(RecordingAgent):
             if whole:
                 part = cache
             elif past > 0:
-                part = cache_rows(cache, start, stop)  # (these rows of the batch's buffers, written in place)
+                reserved = cache_rows(cache, start, stop)  # (these rows of the batch's buffers, written in place)
+                assert reserved is not None  # (past > 0: cache is a reserved_cache, above)
+                part = reserved
             else:
                 part = DynamicCache()  # (a first step: these rows' keys are copied into the batch's cache below)
             out = self.model(
@@ -527,7 +533,7 @@ class LLMAgent(RecordingAgent):
             if not whole and past == 0:
                 cache = _into_batch(cache if start > 0 else None, part, start, batch, width + room)
         if not whole and past > 0:  # each run extended its rows; the batch's cache now holds the new columns too
-            cache = reserved_cache([layer.buffers for layer in cache.layers], past + width)
+            cache = reserved_cache([_buffers(layer) for layer in cache.layers], past + width)
         next_positions = torch.tensor([r.past + len(r.new_ids) for r in rows], device=self.device)
         return torch.cat(logits) if len(logits) > 1 else logits[0], cache, mask, next_positions
 
@@ -548,7 +554,8 @@ class LLMAgent(RecordingAgent):
     @staticmethod
     def _row_kv(cache: DynamicCache, mask: torch.Tensor, i: int) -> KV:
         """Row ``i``'s keys/values without its padding: the cache columns where its mask is 1."""
-        columns = mask[i, : cache.layers[0].keys.shape[2]].nonzero().squeeze(1)
+        kv = _keys_values(cache)
+        columns = mask[i, : kv[0][0].shape[2]].nonzero().squeeze(1)
         # The columns are a few runs (its past, right-aligned, then its new tokens): copied as slices, which is
         # several times faster than gathering them one by one.
         gaps = ((columns[1:] - columns[:-1]) != 1).nonzero().squeeze(1).tolist()
@@ -559,7 +566,7 @@ class LLMAgent(RecordingAgent):
             parts = [t[i : i + 1, :, a:b] for a, b in runs]
             return torch.cat(parts, 2) if len(parts) != 1 else parts[0].clone()
 
-        return tuple((rows(layer.keys), rows(layer.values)) for layer in cache.layers)
+        return tuple((rows(keys), rows(values)) for keys, values in kv)
 
     def _sample(self, scores: torch.Tensor) -> torch.Tensor:
         """Indices drawn from ``softmax(scores / temperature)`` per row (argmax at temperature 0)."""
@@ -620,7 +627,7 @@ class LLMAgent(RecordingAgent):
         return list(candidates)
 
     def _choose(self, rows: Sequence[_Row], candidates: Sequence[Sequence[str]], prompt_ids: Sequence[list[int]]
-                ) -> list[tuple[AgentStep, KV]]:
+                ) -> list[tuple[AgentStep, KV | None]]:
         """Score every candidate after its env's prompt, then sample one per env from the softmax of the scores.
 
         The prompts go through one pass (their last logits score each candidate's first token). Then each env's
@@ -660,25 +667,29 @@ class LLMAgent(RecordingAgent):
         prompt_kv: dict[int, KV] = {}
         if order:
             sums, token_logprobs, kvs = self._score_candidates([rows[e] for e in order], [cand_ids[e] for e in order])
-            for j, e in enumerate(order):
-                known[keys[e]] = (sums[j], token_logprobs[j])
-                self._scores.put(keys[e], *known[keys[e]])
+            for j, (key, e) in enumerate(scored.items()):  # (order: scored's envs, each with its key)
+                known[key] = (sums[j], token_logprobs[j])
+                self._scores.put(key, *known[key])
                 prompt_kv[e] = kvs[j]
-        choosing = [e for e, key in enumerate(keys) if key is not None]
+        choosing = [(e, key) for e, key in enumerate(keys) if key is not None]
         # The policy a learner trains: this one, at temperature 1 when sampling is greedy.
-        policy = {"temperature": self.temperature or 1.0, "length_normalize": self.length_normalize}
+        policy: dict[str, Any] = {"temperature": self.temperature or 1.0, "length_normalize": self.length_normalize}
         log_policy = None
         if choosing:
-            counts = [len(cand_ids[e]) for e in choosing]
+            counts = [len(cand_ids[e]) for e, _ in choosing]
             log_policy = candidate_log_policy(
-                torch.cat([known[keys[e]][0] for e in choosing]),
-                [len(ids) for e in choosing for ids in cand_ids[e]], counts,
+                torch.cat([known[key][0] for _, key in choosing]),
+                [len(ids) for e, _ in choosing for ids in cand_ids[e]], counts,
                 [policy["length_normalize"]] * len(counts), [policy["temperature"]] * len(counts))
-        where = {e: j for j, e in enumerate(choosing)}
-        results = []
+        where = {e: j for j, (e, _) in enumerate(choosing)}
+        results: list[tuple[AgentStep, KV | None]] = []
         for e, ids in enumerate(cand_ids):
             key = keys[e]
-            logp = torch.zeros(1, dtype=torch.float64) if key is None else log_policy[where[e], : len(ids)]
+            if key is None:
+                logp = torch.zeros(1, dtype=torch.float64)
+            else:
+                assert log_policy is not None  # (made above: this env is one of those choosing)
+                logp = log_policy[where[e], : len(ids)]
             if self.temperature == 0:
                 choice = int(logp.argmax())
                 probs = torch.nn.functional.one_hot(torch.tensor(choice), len(ids)).double()
@@ -691,7 +702,7 @@ class LLMAgent(RecordingAgent):
             # The cache covers the prompt (or, for a choice not scored here, what the row came with); the chosen
             # candidate's tokens are fed with the next step's suffix.
             if key is None:
-                kv = None
+                kv: KV | None = None
             elif e in prompt_kv:
                 kv = prompt_kv[e]
             else:
@@ -811,13 +822,15 @@ def _into_batch(cache: DynamicCache | None, part: DynamicCache, start: int, batc
                 ) -> DynamicCache:
     """``part``'s rows written into rows ``start:`` of ``cache``, a :func:`agents.lm.reserved_cache` of ``batch``
     rows and ``capacity`` columns (None: made here, from ``part``'s shapes)."""
+    done = _keys_values(part)
     if cache is None:
-        buffers = [tuple(t.new_zeros((batch, t.shape[1], capacity, t.shape[3])) for t in (l.keys, l.values))
-                   for l in part.layers]
-        cache = reserved_cache(buffers, part.layers[0].keys.shape[2])
-    for layer, done in zip(cache.layers, part.layers):
-        length = done.keys.shape[2]
-        for buffer, new in zip(layer.buffers, (done.keys, done.values)):
+        def zeros(t: torch.Tensor) -> torch.Tensor:
+            return t.new_zeros((batch, t.shape[1], capacity, t.shape[3]))
+
+        cache = reserved_cache([(zeros(keys), zeros(values)) for keys, values in done], done[0][0].shape[2])
+    for layer, (keys, values) in zip(cache.layers, done):
+        length = keys.shape[2]
+        for buffer, new in zip(_buffers(layer), (keys, values)):
             buffer[start : start + new.shape[0], :, :length] = new
     return cache
 
@@ -825,14 +838,37 @@ def _into_batch(cache: DynamicCache | None, part: DynamicCache, start: int, batc
 def _rows_of(cache: DynamicCache, rows: Sequence[int], room: int = 0) -> DynamicCache:
     """A new cache of the given rows of ``cache`` (their keys and values copied once, into buffers with ``room``
     more columns for the pass that follows: :func:`agents.lm.reserved_cache`)."""
-    length = cache.layers[0].keys.shape[2]
+    kv = _keys_values(cache)
+    length = kv[0][0].shape[2]
     layers = []
-    for layer in cache.layers:
+    for keys, values in kv:
         copies = []
-        for full in (layer.keys, layer.values):
+        for full in (keys, values):
             buffer = full.new_empty((len(rows), full.shape[1], length + room, full.shape[3]))
             for j, r in enumerate(rows):
                 buffer[j, :, :length] = full[r]
             copies.append(buffer)
         layers.append((copies[0], copies[1]))
     return reserved_cache(layers, length)
+
+
+def _keys_values(cache: DynamicCache) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Each layer's keys and values; a ValueError for a layer that has none (linear attention, an empty layer)."""
+    out = []
+    for i, layer in enumerate(cache.layers):
+        keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+        if not isinstance(keys, torch.Tensor) or not isinstance(values, torch.Tensor):
+            raise ValueError(f"the agent's caches need every layer's keys and values: layer {i} "
+                             f"({type(layer).__name__}) has none")
+        out.append((keys, values))
+    return out
+
+
+def _buffers(layer: object) -> tuple[torch.Tensor, torch.Tensor]:
+    """The keys and values buffers (with room to grow) of a :func:`agents.lm.reserved_cache` layer; a ValueError
+    for any other layer."""
+    buffers = getattr(layer, "buffers", None)
+    if buffers is None:
+        raise ValueError(f"a cache written in place needs reserved layers (agents.lm.reserved_cache), "
+                         f"not {type(layer).__name__}")
+    return buffers
