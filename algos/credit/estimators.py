@@ -27,6 +27,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
+from numpy.typing import ArrayLike
 
 from agents.records import TrainSequence
 from envs.actions import ActionError, format_action, parse_action
@@ -105,8 +106,11 @@ def rollout_contributions(group: Sequence[Trajectory], collector: Collector, age
     values = {w: float(np.mean([r.reward for r in runs[n * continuations:(n + 1) * continuations]]))
               for n, w in enumerate(wanted)}
     starts = [values[key] for key in roots] if roots else [mean_reward] * len(group)
-    return [_chain_contributions(t, lambda kind, sid, i=i: values.get((i, kind, sid)), starts[i], mean_reward)
-            for i, t in enumerate(group)]
+
+    def value_of(i: int) -> Callable[[str, int], float | None]:  # (trajectory i's boundary values)
+        return lambda kind, sid: values.get((i, kind, sid))
+
+    return [_chain_contributions(t, value_of(i), starts[i], mean_reward) for i, t in enumerate(group)]
 
 
 def likelihood_contributions(group: Sequence[Trajectory], model: torch.nn.Module,
@@ -166,8 +170,9 @@ def _likelihood_deltas(group: Sequence[Trajectory], logp: Callable[[list[int] | 
                 after = scores[k + 1]
                 if after is None:  # what follows never acted (a handoff on the last step): this session's end
                     after = logp(_final_context(t, sid))
-                if scores[k] is not None and after is not None:
-                    d[sid] = after - scores[k]
+                before = scores[k]
+                if before is not None and after is not None:
+                    d[sid] = after - before
         out.append(d)
     return out
 
@@ -184,14 +189,15 @@ def _chain_contributions(t: Trajectory, value: Callable[[str, int], float | None
             continue
         if t.session(head)["kind"] == "fork":
             start = value("fork_before", head)
+            assert start is not None  # (a fork without a value before it got D = 0 above)
             end = value("fork_after", head) if head in t.snapshots["fork_after"] else t.reward
             end = t.reward if end is None else end
         else:
             start, end = root_start, t.reward
         # No snapshot at a session's start: the episode ended as it began (a handoff on the last step), so V
         # there is the final reward, and the session that never acted gets no credit.
-        inner = [value("session_start", sid) for sid in chain[1:]]
-        inner = [t.reward if v is None else v for v in inner]
+        found = [value("session_start", sid) for sid in chain[1:]]
+        inner = [t.reward if v is None else v for v in found]
         contrib = adv.compaction_chain_contributions(inner, group_mean=start, reward=end)
         d[chain] = contrib
     return d
@@ -265,8 +271,8 @@ class Credit:
         samples draws its seed from ``rng``; one that does not draws nothing."""
         return None
 
-    def advantages(self, rewards: Sequence[float], session_traj: Sequence[int],
-                   contributions: Sequence[float] | None = None, name: str | None = None) -> np.ndarray:
+    def advantages(self, rewards: ArrayLike, session_traj: ArrayLike, contributions: ArrayLike | None = None,
+                   name: str | None = None) -> np.ndarray:
         """One group's advantage per session row under this credit's formula (or, with ``name``, the other's with
         the same settings: a log shows both)."""
         pg = self.pg
