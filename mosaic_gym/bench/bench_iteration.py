@@ -43,7 +43,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import gymnasium as gym
 import numpy as np
@@ -71,8 +71,19 @@ FORK_ROWS = (("fork-broadcast", "broadcast", "rollout"), ("fork-mosaic", "mosaic
 FORK_GOALS = {"fork-mosaic": 2.0}  # (to fork-broadcast)
 # The study's other presets (the fork preset has its rows above): summary's settings are TrainConfig's defaults.
 PRESET_ROWS = {"summary": ROWS, "compaction": ROWS[:2]}
+
+
+class _QuickConfig(TypedDict):
+    """The TrainConfig fields --quick sets (typed, so that dataclasses.replace's keywords are checked)."""
+
+    model: str
+    tasks_per_iter: int
+    group_size: int
+    num_envs: int
+
+
 # --quick: a small site, 4 steps and one group of two, so the three iterations and the memory run take seconds.
-QUICK_CONFIG = dict(model="tiny-100k", tasks_per_iter=1, group_size=2, num_envs=2)
+QUICK_CONFIG = _QuickConfig(model="tiny-100k", tasks_per_iter=1, group_size=2, num_envs=2)
 QUICK_ENV = {"site_size": 120, "max_steps": 4}
 QUICK_TRAIN_ARGS = ["--model", "tiny-100k", "--site-size", "120", "--max-steps", "4", "--bc-episodes", "2",
                     "--bc-epochs", "1",
