@@ -74,15 +74,17 @@ def _blocks(queries: int) -> list[tuple[int, int]]:
     return [(start, min(queries, start + BLOCK)) for start in range(0, queries, BLOCK)]
 
 
-_last: list[Any] = [None, None]  # (a weak reference to the last mask, its blocks' visible keys): every layer of a
-# pass is given the same mask, so its blocks are found once per pass, not once per layer
+# (a weak reference to the last mask, its blocks' visible keys), one tuple replaced whole (threads read it safely):
+# every layer of a pass is given the same mask, so its blocks are found once per pass, not once per layer
+_last: list[tuple[weakref.ref, list[int | torch.Tensor | None]] | None] = [None]
 
 
 def _visible_keys(mask: torch.Tensor) -> list[int | torch.Tensor | None]:
     """Per block of queries, the keys some query of it sees: their count when they are the first keys, their
     indices when they are fewer than :data:`GATHER_BELOW` of all, else None (all of them)."""
-    if _last[0] is not None and _last[0]() is mask:
-        return _last[1]
+    last = _last[0]
+    if last is not None and last[0]() is mask:
+        return last[1]
     queries, keys = mask.shape[-2:]
     seen = mask.reshape(-1, queries, keys).any(0)
     padded = -queries % BLOCK
@@ -91,16 +93,16 @@ def _visible_keys(mask: torch.Tensor) -> list[int | torch.Tensor | None]:
     per_block = seen.reshape(-1, BLOCK, keys).any(1)
     counts = per_block.sum(1).tolist()
     # the keys are the first `count` exactly when none after them is seen: the last seen key is at count - 1
-    last = (per_block * torch.arange(1, keys + 1, device=mask.device)).amax(1).tolist()
+    ends = (per_block * torch.arange(1, keys + 1, device=mask.device)).amax(1).tolist()
     out: list[int | torch.Tensor | None] = []
-    for row, count, end in zip(per_block, counts, last):
+    for row, count, end in zip(per_block, counts, ends):
         if count and end == count:
             out.append(int(count))
         elif 0 < count < GATHER_BELOW * keys:
             out.append(row.nonzero().squeeze(1))
         else:
             out.append(None)
-    _last[0], _last[1] = weakref.ref(mask), out
+    _last[0] = (weakref.ref(mask), out)
     return out
 
 
