@@ -11,6 +11,8 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
+MAX_BYTES = 2**20  # the largest settings file read (1 MiB)
+
 
 def read_settings(path: str | Path, flags: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The settings in a TOML, YAML or JSON file, checked: each key a setting's name (``pg`` and ``env_kwargs``
@@ -21,9 +23,16 @@ def read_settings(path: str | Path, flags: Mapping[str, str] | None = None) -> d
 
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as file:
+            raw = file.read(MAX_BYTES + 1)  # (bounded: a settings file is a few KB, /dev/zero is endless)
     except OSError as err:
         raise ConfigError(f"--config {path}: cannot read it ({err.strerror or err})") from None
+    if len(raw) > MAX_BYTES:
+        raise ConfigError(f"--config {path}: more than {MAX_BYTES // 2**20} MiB; a settings file is a few KB")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"--config {path}: not UTF-8 text (byte {err.start})") from None
     suffix = path.suffix.lower()
     try:
         if suffix == ".toml":
