@@ -202,3 +202,16 @@ def test_the_agent_and_the_learner_switch_the_model_they_are_given():
     learner = PolicyGradient(model, PGConfig(kl_coef=0.1))
     assert model.config._attn_implementation == attention.NAME
     assert learner.ref_model is not None and learner.ref_model.config._attn_implementation == attention.NAME
+
+
+def test_the_attention_benchmark_reports_each_mask_beside_sdpa():
+    from mosaic_gym.bench.bench_attention import BENCHMARK, MASKS
+
+    report = BENCHMARK.run("smoke")
+    assert [row["mask"] for row in report["rows"]] == list(MASKS)
+    for row in report["rows"]:
+        assert row["max_abs_difference"] <= row["keys"] * EPS * 8, row  # the same outputs, to float rounding
+        assert 0 < row["pairs_computed"] <= 1 and row["sdpa_ms"] > 0 and row["skip_ms"] > 0
+    causal = next(row for row in report["rows"] if row["mask"] == "causal after a shared prefix")
+    assert causal["pairs_computed"] < 0.9  # blocks skip most of the hidden triangle
+    assert len(BENCHMARK.figures(report)) == len(report["rows"])

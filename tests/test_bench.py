@@ -34,7 +34,7 @@ def test_every_registered_module_declares_its_benchmark_once():
                for name, b in benchmarks.items())
     for settings in SETTINGS:
         assert {name for name, b in benchmarks.items() if settings in b.suites} == BENCHMARKS
-    assert [name for name, b in benchmarks.items() if b.torch] == ["rollout", "trainer", "iteration"]
+    assert [name for name, b in benchmarks.items() if b.torch] == ["rollout", "trainer", "iteration", "attention"]
 
 
 def test_bench_reports_each_benchmark_beside_its_baseline(tmp_path, capsys):
@@ -100,4 +100,4 @@ def test_the_help_lists_every_registered_benchmark_from_its_declaration(capsys):
     for name in REGISTRY:
         line = next(line for line in printed.splitlines() if line.startswith(f"  {name} "))
         assert load(name).help.split()[0] in line
-    assert " ".join(printed.split()).count("(only with --only)") == 3  # html, actions, credit
+    assert " ".join(printed.split()).count("(only with --only)") == 4  # html, actions, credit, attention

@@ -63,6 +63,7 @@ REGISTRY = {
     "html": "mosaic_gym.bench.bench_html",
     "actions": "mosaic_gym.bench.bench_actions",
     "credit": "mosaic_gym.bench.bench_credit",
+    "attention": "mosaic_gym.bench.bench_attention",
 }
 
 Report = dict[str, Any]

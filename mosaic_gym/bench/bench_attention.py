@@ -1,0 +1,146 @@
+"""Benchmark attention that skips the keys a mask hides (:mod:`agents.attention`) beside SDPA on the same tensors.
+
+The masks are the ones this project's passes carry: a causal pass after a 455-token shared prefix (the update's and
+the scorer's, after the system message or a stored context), a padded batch (rows of different lengths), and a
+candidate tree after a long context (six choices of eight candidates each, every choice seeing more of the context
+than the one before, as :func:`agents.lm.score_tree`'s). For each: the time of a forward and backward pass (the
+minimum over ``--repeat`` runs) by Transformers' SDPA and by :func:`agents.attention.skip_hidden_keys`, the share
+of query-key pairs the blocks still compute, and the largest difference of the two outputs (float rounding).
+
+Usage:
+    python -m mosaic_gym.bench.bench_attention            # contexts of 1,000, 2,000 and 3,000 tokens
+    python -m mosaic_gym.bench.bench_attention --quick    # 1,000 and 2,000
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any, Callable
+
+import torch
+
+from agents.attention import BLOCK, skip_hidden_keys
+from mosaic_gym.bench.common import figure, machine, torch_machine
+from mosaic_gym.bench.registry import Benchmark
+
+PACKAGES = ("torch", "transformers")
+PREFIX = 455  # the system message's tokens, which the update and the scorer run once for every row
+HEADS, DIM = 4, 32  # tiny-1m's attention
+
+
+class _Layer(torch.nn.Module):  # what the attention functions read of a layer
+    num_key_value_groups = 1
+    is_causal = True
+
+
+def causal_after_prefix(length: int) -> torch.Tensor:
+    """The mask of a row of ``length`` tokens fed after the shared prefix: causal, aligned bottom-right."""
+    queries = length - PREFIX
+    return (torch.arange(length)[None] <= torch.arange(queries)[:, None] + PREFIX)[None, None]
+
+
+def padded_batch(length: int) -> torch.Tensor:
+    """Two rows fed from the start, of ``length`` and ``length // 2`` tokens: causal, the shorter padded."""
+    causal = torch.tril(torch.ones(length, length, dtype=torch.bool))
+    short = causal.clone()
+    short[:, length // 2:] = False
+    short[length // 2:, 0] = True  # (a padding query sees one key, as SDPA's masks keep it finite)
+    return torch.stack([causal, short])[:, None]
+
+
+def candidate_tree(length: int) -> torch.Tensor:
+    """Six choices of eight 20-token candidates after ``length`` context tokens, choice k seeing the first
+    (k + 1) / 6 of them, each candidate its own earlier tokens."""
+    branches = [(length * (k + 1) // 6, 20) for k in range(6) for _ in range(8)]
+    tree = sum(n for _, n in branches)
+    mask = torch.zeros(tree, length + tree, dtype=torch.bool)
+    at = 0
+    for seen, n in branches:
+        mask[at:at + n, :seen] = True
+        mask[at:at + n, length + at:length + at + n] = torch.tril(torch.ones(n, n, dtype=torch.bool))
+        at += n
+    return mask[None, None]
+
+
+MASKS: dict[str, Callable[[int], torch.Tensor]] = {
+    "causal after a shared prefix": causal_after_prefix, "padded batch": padded_batch,
+    "candidate tree": candidate_tree}
+
+
+def pairs_computed(mask: torch.Tensor) -> float:
+    """The share of a mask's query-key pairs that :func:`skip_hidden_keys`' blocks attend over."""
+    from agents.attention import _blocks, _visible_keys
+
+    queries, keys = mask.shape[-2:]
+    if queries < 2 * BLOCK:
+        return 1.0
+    done = 0
+    for (start, stop), columns in zip(_blocks(queries), _visible_keys(mask)):
+        width = keys if columns is None else columns if isinstance(columns, int) else len(columns)
+        done += (stop - start) * width
+    return done / (queries * keys)
+
+
+def timed(fn: Callable[..., tuple[torch.Tensor, Any]], q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+          mask: torch.Tensor, repeat: int) -> tuple[float, torch.Tensor]:
+    """The least seconds of ``repeat`` forward and backward passes of ``fn``, and its output."""
+    best, out = float("inf"), None
+    for _ in range(repeat):
+        leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+        started = time.perf_counter()
+        out, _ = fn(_Layer(), *leaves, mask, scaling=DIM ** -0.5)
+        out.sum().backward()
+        best = min(best, time.perf_counter() - started)
+    assert out is not None
+    return best, out.detach()
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """Every mask at every length, both ways."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    generator = torch.Generator().manual_seed(0)
+    rows = []
+    for name, make in MASKS.items():
+        for length in args.lengths:
+            mask = make(length)
+            batch, queries, keys = mask.shape[0], mask.shape[-2], mask.shape[-1]
+            q, k, v = (torch.randn(batch, HEADS, n, DIM, generator=generator) for n in (queries, keys, keys))
+            sdpa_s, expected = timed(sdpa_attention_forward, q, k, v, mask, args.repeat)
+            skip_s, got = timed(skip_hidden_keys, q, k, v, mask, args.repeat)
+            live = mask.any(-1).reshape(batch, queries)  # queries that see a key
+            rows.append({"mask": name, "context": length, "queries": queries, "keys": keys, "batch": batch,
+                         "sdpa_ms": round(sdpa_s * 1e3, 2), "skip_ms": round(skip_s * 1e3, 2),
+                         "ratio": round(skip_s / sdpa_s, 3), "pairs_computed": round(pairs_computed(mask), 3),
+                         "max_abs_difference": float((got - expected)[live].abs().max())})
+    return {"bench": "attention", "settings": args.settings, "machine": {**machine(PACKAGES), **torch_machine()},
+            "config": {"lengths": list(args.lengths), "repeat": args.repeat, "heads": HEADS, "head_dim": DIM,
+                       "prefix": PREFIX, "block": BLOCK},
+            "rows": rows}
+
+
+def figures(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """A row per mask and context: the skipping attention's forward and backward beside SDPA's."""
+    return [figure(f"{row['mask']}, {row['context']} tokens: forward + backward", row["skip_ms"], "ms",
+                   "SDPA, the same tensors", row["sdpa_ms"]) for row in result["rows"]]
+
+
+def options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--lengths", type=lambda text: [int(x) for x in text.split(",")],
+                        help="context lengths, comma-separated (default 1000,2000,3000; quick: 1000,2000)")
+    parser.add_argument("--repeat", type=int, help="runs of each pass; the least time counts (default 5)")
+
+
+BENCHMARK = Benchmark(
+    "attention", "attention that skips the keys a mask hides (agents.attention), forward and backward, beside SDPA "
+    "on the same tensors: causal after a shared prefix, a padded batch, a candidate tree", measure, figures,
+    quick="contexts of 1,000 and 2,000 tokens", smoke="a context of 1,000 tokens, one run",
+    defaults={"full": {"lengths": [1000, 2000, 3000], "repeat": 5}, "quick": {"lengths": [1000, 2000], "repeat": 3},
+              "smoke": {"lengths": [1000], "repeat": 1}},
+    options=options, suites=(), torch=True)
+
+
+if __name__ == "__main__":
+    sys.exit(BENCHMARK.main())
