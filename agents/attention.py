@@ -107,18 +107,28 @@ def _visible_keys(mask: torch.Tensor) -> list[int | torch.Tensor | None]:
 
 
 def use_skip_hidden_keys(model: torch.nn.Module) -> str | None:
-    """Switch ``model`` from ``"sdpa"`` attention to :func:`skip_hidden_keys`; any other implementation (eager,
-    flash attention, one a user registered) is left as it is. Returns the implementation the model now has."""
-    config = getattr(model, "config", None)
-    if config is None or not hasattr(config, "_attn_implementation"):
-        return None
+    """Switch ``model`` (or the model under its LoRA adapters) from ``"sdpa"`` attention to :func:`skip_hidden_keys`;
+    any other implementation (eager, flash attention, one a user registered) is left as it is. Returns the
+    implementation the model now has, None for a module that is no Transformers model."""
     from transformers import PreTrainedModel
 
-    if (config._attn_implementation == "sdpa" and isinstance(model, PreTrainedModel)
-            and model._can_set_attn_implementation()):
+    model = _base_of_adapters(model)
+    if not isinstance(model, PreTrainedModel):
+        return None
+    if model.config._attn_implementation == "sdpa" and model._can_set_attn_implementation():
         _register()
         model.set_attn_implementation(NAME)
-    return config._attn_implementation
+    return model.config._attn_implementation
+
+
+def _base_of_adapters(model: torch.nn.Module) -> torch.nn.Module:
+    """The Transformers model under a PEFT wrapper (LoRA adapters: :func:`algos.learn.lora.add_lora`), else
+    ``model``."""
+    try:
+        from peft import PeftModel
+    except ImportError:  # (peft is the optional `lora` extra)
+        return model
+    return model.get_base_model() if isinstance(model, PeftModel) else model
 
 
 def _register() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -176,6 +177,15 @@ def test_other_implementations_are_left_alone():
     model.set_attn_implementation("eager")
     assert use_skip_hidden_keys(model) == "eager"
     assert use_skip_hidden_keys(torch.nn.Linear(2, 2)) is None
+
+
+def test_a_model_under_lora_adapters_is_switched():
+    pytest.importorskip("peft")
+    from algos.learn.lora import add_lora
+
+    adapted = add_lora(_model(), rank=2)
+    assert use_skip_hidden_keys(adapted) == attention.NAME
+    assert adapted.get_base_model().config._attn_implementation == attention.NAME
 
 
 def test_the_implementation_is_not_saved_with_the_model(tmp_path):
