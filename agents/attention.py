@@ -74,17 +74,18 @@ def _blocks(queries: int) -> list[tuple[int, int]]:
     return [(start, min(queries, start + BLOCK)) for start in range(0, queries, BLOCK)]
 
 
-# (a weak reference to the last mask, its blocks' visible keys), one tuple replaced whole (threads read it safely):
-# every layer of a pass is given the same mask, so its blocks are found once per pass, not once per layer
-_last: list[tuple[weakref.ref, list[int | torch.Tensor | None]] | None] = [None]
+# (a weak reference to the last mask, its version, its blocks' visible keys), one tuple replaced whole (threads read
+# it safely): every layer of a pass is given the same mask, so its blocks are found once per pass, not once per
+# layer; a mask changed in place since (its version counter moved) is read again
+_last: list[tuple[weakref.ref, int, list[int | torch.Tensor | None]] | None] = [None]
 
 
 def _visible_keys(mask: torch.Tensor) -> list[int | torch.Tensor | None]:
     """Per block of queries, the keys some query of it sees: their count when they are the first keys, their
     indices when they are fewer than :data:`GATHER_BELOW` of all, else None (all of them)."""
     last = _last[0]
-    if last is not None and last[0]() is mask:
-        return last[1]
+    if last is not None and last[0]() is mask and last[1] == mask._version:
+        return last[2]
     queries, keys = mask.shape[-2:]
     seen = mask.reshape(-1, queries, keys).any(0)
     padded = -queries % BLOCK
@@ -102,7 +103,7 @@ def _visible_keys(mask: torch.Tensor) -> list[int | torch.Tensor | None]:
             out.append(row.nonzero().squeeze(1))
         else:
             out.append(None)
-    _last[0] = (weakref.ref(mask), out)
+    _last[0] = (weakref.ref(mask), mask._version, out)
     return out
 
 

@@ -145,6 +145,17 @@ def test_a_tree_block_gathers_the_keys_its_candidates_see(monkeypatch):
     assert seen == [50 + BLOCK, mask.shape[-1]]
 
 
+def test_a_mask_changed_in_place_is_read_again():
+    """The blocks of the last mask are kept for the next layer; a mask changed in place since is not that mask."""
+    q, k, v = _qkv(1, 2 * BLOCK, 2 * BLOCK, seed=4)
+    mask = _causal_after(0, [2 * BLOCK])
+    skip_hidden_keys(_Module(), q, k, v, mask)
+    mask[..., -1] = True  # every query now sees the last key too
+    a, _ = sdpa_attention_forward(_Module(), q, k, v, mask)
+    b, _ = skip_hidden_keys(_Module(), q, k, v, mask)
+    torch.testing.assert_close(b, a, atol=2 * BLOCK * EPS * 8, rtol=2 * BLOCK * EPS * 8)
+
+
 def _model() -> LlamaForCausalLM:
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
