@@ -236,3 +236,15 @@ def test_the_attention_benchmark_reports_each_mask_beside_sdpa():
     causal = next(row for row in report["rows"] if row["mask"] == "causal after a shared prefix")
     assert causal["pairs_computed"] < 0.9  # blocks skip most of the hidden triangle
     assert len(BENCHMARK.figures(report)) == len(report["rows"])
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["--lengths", "abc"], "give whole numbers"), (["--lengths", "300,1000"], "longer than the 455-token prefix"),
+    (["--repeat", "0"], "must be at least 1"), (["--repeat", "x"], "not an integer")])
+def test_the_attention_benchmark_refuses_bad_options_in_one_line(argv, named, capsys):
+    from mosaic_gym.bench.bench_attention import BENCHMARK
+
+    with pytest.raises(SystemExit):
+        BENCHMARK.parse(argv)
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert named in err and "--" in err

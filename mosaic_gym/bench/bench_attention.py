@@ -22,7 +22,7 @@ from typing import Any, Callable
 import torch
 
 from agents.attention import BLOCK, skip_hidden_keys
-from mosaic_gym.bench.common import figure, machine, torch_machine
+from mosaic_gym.bench.common import at_least, figure, machine, torch_machine
 from mosaic_gym.bench.registry import Benchmark
 
 PACKAGES = ("torch", "transformers")
@@ -127,10 +127,21 @@ def figures(result: dict[str, Any]) -> list[dict[str, Any]]:
                    "SDPA, the same tensors", row["sdpa_ms"]) for row in result["rows"]]
 
 
+def lengths(text: str) -> list[int]:
+    """``--lengths``: comma-separated context lengths, each longer than the shared prefix."""
+    try:
+        values = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give whole numbers, comma-separated (e.g. 1000,2000)") from None
+    if any(n <= PREFIX for n in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: each context must be longer than the {PREFIX}-token prefix")
+    return values
+
+
 def options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--lengths", type=lambda text: [int(x) for x in text.split(",")],
+    parser.add_argument("--lengths", type=lengths,
                         help="context lengths, comma-separated (default 1000,2000,3000; quick: 1000,2000)")
-    parser.add_argument("--repeat", type=int, help="runs of each pass; the least time counts (default 5)")
+    parser.add_argument("--repeat", type=at_least(1), help="runs of each pass; the least time counts (default 5)")
 
 
 BENCHMARK = Benchmark(
