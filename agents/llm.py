@@ -34,7 +34,7 @@ from envs.prompts import render_transcript
 
 from .attention import use_skip_hidden_keys
 from .base import RecordingAgent
-from .lm import Branch, cache_kwarg, cache_rows, candidate_log_policy, reserved_cache, score_tree
+from .lm import Branch, cache_kwarg, cache_rows, candidate_log_policy, keys_values, reserved_cache, score_tree
 from .records import AgentStep
 
 KV = tuple[tuple[torch.Tensor, torch.Tensor], ...]
@@ -554,7 +554,7 @@ class LLMAgent(RecordingAgent):
     @staticmethod
     def _row_kv(cache: DynamicCache, mask: torch.Tensor, i: int) -> KV:
         """Row ``i``'s keys/values without its padding: the cache columns where its mask is 1."""
-        kv = _keys_values(cache)
+        kv = keys_values(cache, "the agent's caches need")
         columns = mask[i, : kv[0][0].shape[2]].nonzero().squeeze(1)
         # The columns are a few runs (its past, right-aligned, then its new tokens): copied as slices, which is
         # several times faster than gathering them one by one.
@@ -822,7 +822,7 @@ def _into_batch(cache: DynamicCache | None, part: DynamicCache, start: int, batc
                 ) -> DynamicCache:
     """``part``'s rows written into rows ``start:`` of ``cache``, a :func:`agents.lm.reserved_cache` of ``batch``
     rows and ``capacity`` columns (None: made here, from ``part``'s shapes)."""
-    done = _keys_values(part)
+    done = keys_values(part, "the agent's caches need")
     if cache is None:
         def zeros(t: torch.Tensor) -> torch.Tensor:
             return t.new_zeros((batch, t.shape[1], capacity, t.shape[3]))
@@ -838,7 +838,7 @@ def _into_batch(cache: DynamicCache | None, part: DynamicCache, start: int, batc
 def _rows_of(cache: DynamicCache, rows: Sequence[int], room: int = 0) -> DynamicCache:
     """A new cache of the given rows of ``cache`` (their keys and values copied once, into buffers with ``room``
     more columns for the pass that follows: :func:`agents.lm.reserved_cache`)."""
-    kv = _keys_values(cache)
+    kv = keys_values(cache, "the agent's caches need")
     length = kv[0][0].shape[2]
     layers = []
     for keys, values in kv:
@@ -850,18 +850,6 @@ def _rows_of(cache: DynamicCache, rows: Sequence[int], room: int = 0) -> Dynamic
             copies.append(buffer)
         layers.append((copies[0], copies[1]))
     return reserved_cache(layers, length)
-
-
-def _keys_values(cache: DynamicCache) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Each layer's keys and values; a ValueError for a layer that has none (linear attention, an empty layer)."""
-    out = []
-    for i, layer in enumerate(cache.layers):
-        keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
-        if not isinstance(keys, torch.Tensor) or not isinstance(values, torch.Tensor):
-            raise ValueError(f"the agent's caches need every layer's keys and values: layer {i} "
-                             f"({type(layer).__name__}) has none")
-        out.append((keys, values))
-    return out
 
 
 def _buffers(layer: object) -> tuple[torch.Tensor, torch.Tensor]:

@@ -10,6 +10,7 @@ trains is the one the agent sampled from by construction, not by a test keeping 
 - :func:`reserved_cache` (and :func:`cache_rows`, some of its rows without a copy): a KV cache with room for
   the columns a step will add, written in place (no copy of the whole cache per forward pass, as a
   ``DynamicCache`` makes).
+- :func:`keys_values`: each layer's keys and values tensors of a cache, or a clear error for a layer without.
 - :func:`common_prefix`: how many leading token ids two sequences share (a new session's stored prefix, the
   update's shared opening).
 - :func:`candidate_log_policy`: the choose-mode policy, ``log softmax(score / temperature)`` over each choice's
@@ -122,6 +123,18 @@ def common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
         else:
             hi = mid - 1
     return lo
+
+
+def keys_values(cache: DynamicCache, needs: str) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Each layer's keys and values; a ValueError for a layer that has none (linear attention, an empty layer),
+    saying who ``needs`` them (e.g. ``"a shared prefix needs"``)."""
+    out = []
+    for i, layer in enumerate(cache.layers):
+        keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+        if not isinstance(keys, torch.Tensor) or not isinstance(values, torch.Tensor):
+            raise ValueError(f"{needs} every layer's keys and values: layer {i} ({type(layer).__name__}) has none")
+        out.append((keys, values))
+    return out
 
 
 def reserved_cache(layers: Sequence[tuple[torch.Tensor, torch.Tensor]], length: int) -> DynamicCache:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Iterable, Literal, Sequence, overload
 import numpy as np
 import torch
 
-from agents.lm import Branch, cache_kwarg, candidate_log_policy, common_prefix, score_tree
+from agents.lm import Branch, cache_kwarg, candidate_log_policy, common_prefix, keys_values, score_tree
 from agents.records import Choice, TrainSequence
 
 if TYPE_CHECKING:
@@ -206,7 +206,7 @@ class SharedPrefix:
         cache = _new_cache()
         model(input_ids=torch.tensor([first[:n]], device=device), use_cache=True, logits_to_keep=1,
               **{cache_kwarg(model): cache})
-        return cls(list(first[:n]), _keys_values(cache))
+        return cls(list(first[:n]), keys_values(cache, "a shared prefix needs"))
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -225,18 +225,6 @@ class SharedPrefix:
         if pairs:
             torch.autograd.backward([out for out, _ in pairs], [grad for _, grad in pairs])
         self._outputs = []
-
-
-def _keys_values(cache: DynamicCache) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Each layer's keys and values; a ValueError for a layer that has none (linear attention, no cache)."""
-    out = []
-    for i, layer in enumerate(cache.layers):
-        keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
-        if not isinstance(keys, torch.Tensor) or not isinstance(values, torch.Tensor):
-            raise ValueError(f"a shared prefix needs every layer's keys and values: layer {i} "
-                             f"({type(layer).__name__}) has none")
-        out.append((keys, values))
-    return out
 
 
 def _first_scored(s: TrainSequence) -> int:
