@@ -19,6 +19,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from agents import attention
 from agents.attention import BLOCK, skip_hidden_keys, use_skip_hidden_keys
+from mosaic_gym.bench.bench_attention import tree_mask
 
 EPS = float(torch.finfo(torch.float32).eps)
 
@@ -75,24 +76,11 @@ def test_causal_masks_after_a_cache_and_padding_give_sdpa_outputs_and_gradients(
     _check(*_qkv(len(lengths), mask.shape[-2], mask.shape[-1], seed), mask)
 
 
-def _tree(past: int, branches: list[tuple[int, int]]) -> torch.Tensor:
-    """A candidate tree after ``past`` keys: branch b of ``length`` tokens sees the first ``seen`` past keys and
-    its own earlier tokens (as agents.lm.score_tree's mask)."""
-    tree = sum(n for _, n in branches)
-    mask = torch.zeros(tree, past + tree, dtype=torch.bool)
-    at = 0
-    for seen, n in branches:
-        mask[at:at + n, :seen] = True
-        mask[at:at + n, past + at:past + at + n] = torch.tril(torch.ones(n, n, dtype=torch.bool))
-        at += n
-    return mask[None, None]
-
-
 @settings(max_examples=20, deadline=None)
 @given(past=st.integers(1, 900), data=st.data(), seed=st.integers(0, 2**16))
 def test_candidate_trees_give_sdpa_outputs_and_gradients(past, data, seed):
     branches = data.draw(st.lists(st.tuples(st.integers(1, past), st.integers(1, 60)), min_size=1, max_size=30))
-    mask = _tree(past, sorted(branches))
+    mask = tree_mask(past, sorted(branches))
     _check(*_qkv(1, mask.shape[-2], mask.shape[-1], seed), mask)
 
 
@@ -115,8 +103,9 @@ def test_short_queries_float_masks_and_no_mask_are_sdpa_itself():
         assert torch.equal(a, b)
 
 
-def test_a_causal_block_attends_to_fewer_keys(monkeypatch):
-    """What the skipping is for: each block of a causal mask gets only the keys up to its last query."""
+@pytest.fixture
+def keys_given(monkeypatch) -> list[int]:
+    """How many keys each call of SDPA gets, in order (SDPA itself still answers)."""
     seen: list[int] = []
 
     def spy(module, query, key, value, mask, **kwargs):
@@ -125,24 +114,21 @@ def test_a_causal_block_attends_to_fewer_keys(monkeypatch):
 
     import transformers.integrations.sdpa_attention as sdpa
     monkeypatch.setattr(sdpa, "sdpa_attention_forward", spy)
+    return seen
+
+
+def test_a_causal_block_attends_to_fewer_keys(keys_given):
+    """What the skipping is for: each block of a causal mask gets only the keys up to its last query."""
     past, queries = 100, 3 * BLOCK
     skip_hidden_keys(_Module(), *_qkv(1, queries, past + queries, seed=0), _causal_after(past, [queries]))
-    assert seen == [past + BLOCK, past + 2 * BLOCK, past + 3 * BLOCK]
+    assert keys_given == [past + BLOCK, past + 2 * BLOCK, past + 3 * BLOCK]
 
 
-def test_a_tree_block_gathers_the_keys_its_candidates_see(monkeypatch):
+def test_a_tree_block_gathers_the_keys_its_candidates_see(keys_given):
     """A block of early candidates (they see 50 of 1,000 past keys) attends to those and their own tokens only."""
-    seen: list[int] = []
-
-    def spy(module, query, key, value, mask, **kwargs):
-        seen.append(key.shape[2])
-        return sdpa_attention_forward(module, query, key, value, mask, **kwargs)
-
-    import transformers.integrations.sdpa_attention as sdpa
-    monkeypatch.setattr(sdpa, "sdpa_attention_forward", spy)
-    mask = _tree(1000, [(50, 32)] * 8 + [(1000, 32)] * 8)  # 2 blocks of 256 tree tokens
+    mask = tree_mask(1000, [(50, 32)] * 8 + [(1000, 32)] * 8)  # 2 blocks of 256 tree tokens
     skip_hidden_keys(_Module(), *_qkv(1, mask.shape[-2], mask.shape[-1], seed=0), mask)
-    assert seen == [50 + BLOCK, mask.shape[-1]]
+    assert keys_given == [50 + BLOCK, mask.shape[-1]]
 
 
 def test_a_mask_changed_in_place_is_read_again():

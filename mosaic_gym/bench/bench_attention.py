@@ -50,18 +50,23 @@ def padded_batch(length: int) -> torch.Tensor:
     return torch.stack([causal, short])[:, None]
 
 
-def candidate_tree(length: int) -> torch.Tensor:
-    """Six choices of eight 20-token candidates after ``length`` context tokens, choice k seeing the first
-    (k + 1) / 6 of them, each candidate its own earlier tokens."""
-    branches = [(length * (k + 1) // 6, 20) for k in range(6) for _ in range(8)]
+def tree_mask(past: int, branches: list[tuple[int, int]]) -> torch.Tensor:
+    """A candidate tree after ``past`` keys, as :func:`agents.lm.score_tree`'s mask: each ``(seen, length)`` branch
+    of ``length`` tokens sees the first ``seen`` past keys and its own earlier tokens."""
     tree = sum(n for _, n in branches)
-    mask = torch.zeros(tree, length + tree, dtype=torch.bool)
+    mask = torch.zeros(tree, past + tree, dtype=torch.bool)
     at = 0
     for seen, n in branches:
         mask[at:at + n, :seen] = True
-        mask[at:at + n, length + at:length + at + n] = torch.tril(torch.ones(n, n, dtype=torch.bool))
+        mask[at:at + n, past + at:past + at + n] = torch.tril(torch.ones(n, n, dtype=torch.bool))
         at += n
     return mask[None, None]
+
+
+def candidate_tree(length: int) -> torch.Tensor:
+    """Six choices of eight 20-token candidates after ``length`` context tokens, choice k seeing the first
+    (k + 1) / 6 of them."""
+    return tree_mask(length, [(length * (k + 1) // 6, 20) for k in range(6) for _ in range(8)])
 
 
 MASKS: dict[str, Callable[[int], torch.Tensor]] = {
