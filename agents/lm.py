@@ -44,6 +44,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 
+from .attention import NAME as SKIPPING_SDPA  # (SDPA's masks: agents.attention)
+
 if TYPE_CHECKING:
     from transformers import DynamicCache
 
@@ -55,7 +57,7 @@ def cache_kwarg(model: torch.nn.Module) -> str:
 
 def attention_mask_4d(model: torch.nn.Module, allowed: torch.Tensor) -> torch.Tensor:
     """A custom ``(batch, 1, query, key)`` mask as ``model``'s attention takes it (bool for SDPA, additive else)."""
-    if getattr(model.config, "_attn_implementation", "sdpa") in ("sdpa", "mosaic_sdpa"):  # (agents.attention's)
+    if getattr(model.config, "_attn_implementation", "sdpa") in ("sdpa", SKIPPING_SDPA):
         return allowed
     dtype = next(model.parameters()).dtype
     return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(~allowed, torch.finfo(dtype).min)
