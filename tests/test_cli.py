@@ -26,7 +26,8 @@ VALUES = {"bc_styles": ('[{"fork": false}]', [{"fork": False}]), "budgets": ("4,
           "env_kwargs.site": (str(FIXTURES / "corpus_jsonl"), str((FIXTURES / "corpus_jsonl").resolve())),
           "env_kwargs.hops": ("1-3", [1, 3]), "env_kwargs.backend": ("playwright", "playwright"),
           "env_id": ("mosaic/WebQA-Fork-v0", "mosaic/WebQA-Fork-v0"), "probe": ("none", None),
-          "bc_compact_at": ("0.5", 0.5), "eval_temperature": ("0.5", 0.5), "eval_tasks": ("3", 3)}
+          "bc_compact_at": ("0.5", 0.5), "eval_temperature": ("0.5", 0.5), "eval_tasks": ("3", 3),
+          "pg.measure_fraction": ("0.25", 0.25)}
 
 
 def parse(*argv: str) -> argparse.Namespace:

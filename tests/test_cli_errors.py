@@ -108,6 +108,7 @@ def test_site_serve_on_a_port_in_use_is_one_line(tmp_path, capsys):
     (["--rl-temperature", "nan"], "give a temperature >= 0"),
     (["--entropy-coef", "inf"], "argument --entropy-coef: inf: give a finite number >= 0"),
     (["--minibatches", "0"], "give --minibatches 1 or more"),
+    (["--measure-fraction", "1.5"], "argument --measure-fraction: '1.5' is not a share in [0, 1]"),
 ])
 def test_bad_train_arguments_are_one_line_and_leave_no_run_folder(tmp_path, capsys, argv, fragment):
     out = tmp_path / "run"

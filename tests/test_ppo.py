@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from pathlib import Path
 
 import gymnasium as gym
@@ -20,7 +21,7 @@ from agents.llm import LLMAgent
 from agents.models import build_tiny_model, train_tokenizer
 from agents.records import TrainSequence
 from algos.learn.config import PGConfig, TrainConfig
-from algos.learn.pg import PolicyGradient, minibatch_split
+from algos.learn.pg import PolicyGradient, measured_share, minibatch_split
 from algos.logprobs import run_key, sequence_logprobs
 from algos.evaluate.probes import probe_probabilities, summary_states
 from helpers import SITE_SIZE, TEST_MODEL
@@ -87,6 +88,45 @@ def test_the_update_takes_epochs_times_minibatches_steps_and_measures_the_kl_aft
         assert stats["approx_kl"] == 0.0
 
 
+def test_the_measuring_pass_reads_the_share_asked_for_and_never_changes_the_step(model, tokenizer):
+    batch = _batch(model, tokenizer, advantages=(1.0, -1.0, 0.5, -0.5, 0.25, -0.25, 0.75, -0.75))
+    learners = {share: PolicyGradient(copy.deepcopy(model), PGConfig(lr=1e-2, epochs=2, measure_fraction=share))
+                for share in (1.0, 0.25, 0.0)}
+    stats = {share: pg.update(batch) for share, pg in learners.items()}
+    # The measurement is a pass without gradient: the weights after the update are the same whatever it reads.
+    weights = [torch.cat([p.flatten() for p in pg.model.parameters()]) for pg in learners.values()]
+    assert all(torch.equal(weights[0], w) for w in weights[1:])
+    assert stats[1.0]["loss"] == stats[0.0]["loss"] and stats[1.0]["approx_kl"] == stats[0.0]["approx_kl"]
+    # 0: no pass, and none of its metrics (a reader must not mistake them for a measured 0).
+    assert not {"kl_after", "entropy", "dlogp_pos", "units_measured"} & set(stats[0.0])
+    # A quarter: two of the eight sequences (each its own run), evenly spaced; kl_after over their units only.
+    quarter = [batch[0], batch[4]]
+    assert stats[0.25]["units_measured"] == sum(s.num_units for s in quarter) < stats[1.0]["units_measured"]
+    with torch.no_grad():
+        logp, mask = sequence_logprobs(learners[0.25].model, quarter, CPU)
+    old = torch.zeros_like(logp)
+    for b, s in enumerate(quarter):
+        old[b, :len(s.old_logprobs)] = torch.tensor(s.old_logprobs)
+    diff = torch.where(mask, logp - old, 0.0)
+    assert stats[0.25]["kl_after"] == pytest.approx(float((torch.expm1(diff) - diff)[mask].mean()), rel=1e-4,
+                                                    abs=1e-7)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.integers(0, 3), min_size=1, max_size=40), st.floats(0, 1))
+def test_the_measured_share_is_whole_runs_evenly_spaced_and_at_least_the_share(tokens, share):
+    # (choice sequences of one task and prompt share a run; token sequences are each their own)
+    seqs = [TrainSequence([1, t], [False, True], [0.0, 0.0]) for t in tokens]
+    picked = measured_share(seqs, share)
+    assert len({id(s) for s in picked}) == len(picked) and all(any(s is q for q in seqs) for s in picked)
+    if share == 0:
+        assert picked == []
+    else:
+        assert len(seqs) * share - 1e-6 <= len(picked) <= max(1, math.ceil(len(seqs) * share))
+        positions = [next(i for i, q in enumerate(seqs) if q is s) for s in picked]
+        assert positions == sorted(positions) and positions[0] == 0
+
+
 def test_a_target_kl_stops_the_epochs_before_the_step_that_passes_it(model, tokenizer):
     batch = _batch(model, tokenizer)
     free = PolicyGradient(copy.deepcopy(model), PGConfig(lr=5e-2, epochs=6)).update(batch)
@@ -126,7 +166,9 @@ def test_minibatches_partition_the_batch_and_keep_repeated_runs_together(tokens,
 
 @pytest.mark.parametrize("bad", [{"epochs": 0}, {"minibatches": 0}, {"clip_eps": 0.0}, {"target_kl": -1.0},
                                  {"entropy_coef": -0.1}, {"entropy_coef": float("nan")}, {"max_grad_norm": 0},
-                                 {"epochs": True}, {"target_kl": "0.1"}])
+                                 {"epochs": True}, {"target_kl": "0.1"}, {"measure_fraction": 1.5},
+                                 {"measure_fraction": -0.1}, {"measure_fraction": float("nan")},
+                                 {"measure_fraction": True}, {"measure_fraction": "1"}])
 def test_bad_learner_settings_are_refused_naming_the_setting(bad):
     with pytest.raises(ValueError, match=next(iter(bad))):
         PGConfig(**bad)

@@ -26,7 +26,7 @@ NOT_SETTINGS = ("out", "resume", "ray", "warm_start_from")  # where the run live
 # envs step and where its warm start was computed (the results are the same): not what it computes
 WARM_START_FREE = ("algo", "pg.advantage", "pg.lambda_use", "pg.beta", "pg.adv_clip", "pg.normalize_std",
                    "pg.lr", "pg.weight_decay", "pg.clip_eps", "pg.epochs", "pg.kl_coef", "pg.max_grad_norm",
-                   "pg.minibatches", "pg.target_kl", "pg.entropy_coef",
+                   "pg.minibatches", "pg.target_kl", "pg.entropy_coef", "pg.measure_fraction",
                    "estimator", "continuations", "root_start", "budgets", "iterations", "tasks_per_iter", "group_size",
                    "log_groups", "dynamic_sampling", "dynamic_max_draws")
 """The settings a run may change from the run whose warm start it takes (``warm_start_from``): nothing before the
@@ -62,6 +62,10 @@ class PGConfig:
     micro_batch_tokens: int = _setting(8192, help="padded tokens per forward/backward (gradient accumulation: "
                                                   "lower it to fit memory)")
     max_grad_norm: float = _setting(1.0, help="gradient clipping norm")
+    # (the measuring pass is a forward pass over the batch: on the fork preset's one-step update, a quarter of it)
+    measure_fraction: float = _setting(1.0, help="share of the batch the pass after the update measures "
+                                                 "(kl_after, entropy, dlogp_*), evenly spaced; 0: no pass, no "
+                                                 "such metrics")
     advantage: str = _setting("broadcast", help="credit assignment (set by TrainConfig.algo)")
     normalize_std: bool = _setting(True, help="divide advantages by the group's reward std (off: Dr. GRPO)")
     lambda_use: float = _setting(0.5, help="Mosaic: weight of the session-usage term")
@@ -81,6 +85,9 @@ class PGConfig:
             _check_number(name, getattr(self, name), strict=False)
         if self.target_kl is not None:
             _check_number("target_kl", self.target_kl, strict=True, more="or None for no early stop")
+        share = self.measure_fraction
+        if not (isinstance(share, (int, float)) and not isinstance(share, bool) and 0 <= share <= 1):  # (NaN: no)
+            raise ValueError(f"measure_fraction={share!r}: give a share of the batch in [0, 1] (1: all, 0: no pass)")
 
 
 

@@ -33,6 +33,7 @@ Example:
 from __future__ import annotations
 
 import copy
+import math
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -87,9 +88,11 @@ class PolicyGradient:
         second step on, the pass that computes a minibatch's loss also measures the KL between the policy that
         sampled the batch and the current one (after the steps taken so far); with ``target_kl`` set, the update
         stops before a step when that KL passes ``1.5 * target_kl`` (SB3's rule). After the last step, one pass
-        without gradient over every sequence measures what the update did (:meth:`measure`): the metrics
+        without gradient over the batch measures what the update did (:meth:`measure`): the metrics
         ``kl_after``, ``clip_fraction_after``, ``entropy`` and the mean change of the chosen units' log-probs for
-        positive, negative and zero advantages (``dlogp_pos``, ``dlogp_neg``, ``dlogp_zero``).
+        positive, negative and zero advantages (``dlogp_pos``, ``dlogp_neg``, ``dlogp_zero``). With
+        ``measure_fraction`` below 1 it measures that share of the batch (:func:`measured_share`); at 0 there is
+        no such pass and no such metrics.
         """
         c = self.config
         sequences = [s for s in sequences if s.num_units > 0]
@@ -131,7 +134,9 @@ class PolicyGradient:
             if stopped:
                 break
         self.model.eval()
-        stats.update(self.measure(sequences))
+        measured = measured_share(sequences, c.measure_fraction)
+        if measured:
+            stats.update(self.measure(measured))
         stats["approx_kl"] = float(np.mean(kls)) if kls else 0.0  # measured by the passes after the first step
         stats["kl_step_max"] = float(max(kls)) if kls else 0.0
         stats["optimizer_steps"] = steps
@@ -248,6 +253,24 @@ def minibatch_split(sequences: Sequence[TrainSequence], minibatches: int, seed: 
     for n, i in enumerate(order):
         parts[n % len(parts)] += members[i]
     return [p for p in parts if p]
+
+
+def measured_share(sequences: Sequence[TrainSequence], fraction: float) -> list[TrainSequence]:
+    """The sequences of ``ceil(fraction * n)`` of the batch's ``n`` runs (:func:`algos.logprobs.runs`: sequences
+    that share a pass), evenly spaced through the batch in its order: no random draw, so a run resumed from a
+    checkpoint measures what it would have. ``fraction`` 1: all; 0: none.
+
+    >>> seqs = [TrainSequence([1, k], [False, True], [0.0, 0.0]) for k in range(8)]
+    >>> [s.token_ids[1] for s in measured_share(seqs, 0.25)]
+    [0, 4]
+    """
+    members = runs(sequences)
+    if fraction <= 0 or not members:
+        return []
+    # (1e-9: a share that is a whole number of runs, such as 0.3 of 10, takes that many, not one more)
+    keep = max(1, math.ceil(fraction * len(members) - 1e-9))
+    picked = np.floor(np.arange(keep) * len(members) / keep).astype(int)
+    return [s for i in picked for s in members[i]]
 
 
 def _unit_logprobs(model: torch.nn.Module, batch: Sequence[TrainSequence], device: torch.device,

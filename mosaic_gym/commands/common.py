@@ -183,6 +183,23 @@ def fraction(text: str) -> float:
     return value
 
 
+def share(text: str) -> float:
+    """A number in [0, 1], for options that are a share of something and may be none of it
+    (``--measure-fraction 0``).
+
+    Example:
+        >>> share("0")
+        0.0
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 <= value <= 1:  # nan fails too
+        raise argparse.ArgumentTypeError(f"{text!r} is not a share in [0, 1], e.g. 0.25")
+    return value
+
+
 def help_of(setting: str) -> str:
     """The one line of help of a setting of :class:`~algos.learn.config.TrainConfig` (``"pg.lr"`` for the
     learner's)."""

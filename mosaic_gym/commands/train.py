@@ -24,7 +24,7 @@ from typing import Any
 
 from .common import (ENV_FLAGS, Flag, Given, HelpFormatter, add_flags, at_least, budgets, fraction, help_of,
                      int_list, json_value, non_negative, optional, parse_hops, positive, quiet_progress,
-                     read_env_kwargs, shared_flags, temperature)
+                     read_env_kwargs, share, shared_flags, temperature)
 from .settings_file import read_settings
 
 # The shared flags that are settings of the run, and what they set (dotted TrainConfig names).
@@ -54,6 +54,7 @@ PARSERS = {
     "pg.clip_eps": positive, "pg.target_kl": optional(positive), "pg.entropy_coef": non_negative,
     "pg.max_grad_norm": positive, "pg.weight_decay": non_negative, "pg.adv_clip": positive,
     "pg.epochs": at_least(1, "give --epochs 1 or more"), "pg.minibatches": at_least(1, "give --minibatches 1 or more"),
+    "pg.measure_fraction": share,
 }
 CHOICES = {"algo": None, "probe": ("auto", "summary", "none"), "estimator": ("rollout", "likelihood"),
            "root_start": ("rollout", "group_rollout"), "pg.dtype": ("float32", "bfloat16")}
