@@ -78,8 +78,8 @@ def skip_hidden_keys(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
             query = torch.cat([query.new_zeros(*query.shape[:2], padding, query.shape[3]), query], dim=2)
         out, _ = sdpa_attention_forward(module, query, key, value, None, **{**kwargs, "is_causal": True})
         return out[:, padding:], None
-    mask = attention_mask if plan.additive is None else plan.additive
     if plan.blocks is None:
+        mask = attention_mask if plan.additive is None else plan.additive  # (None: above the bound)
         return sdpa_attention_forward(module, query, key, value, mask, **kwargs)
     outputs = []
     for (start, stop), (columns, block_mask) in zip(_blocks(queries), plan.blocks):
@@ -88,8 +88,8 @@ def skip_hidden_keys(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
             k, v = key[:, :, :columns], value[:, :, :columns]
         elif columns is not None:
             k, v = key[:, :, columns], value[:, :, columns]
-        if block_mask is None:  # (a boolean mask: its blocks are cut on each call, as the plan keeps no view of it)
-            block_mask = _cut(mask, start, stop, columns)
+        if block_mask is None:  # above the bound: the boolean mask's block, cut on each call
+            block_mask = _cut(attention_mask, start, stop, columns)
         out, _ = sdpa_attention_forward(module, query[:, :, start:stop], k, v, block_mask, **kwargs)
         outputs.append(out)
     return torch.cat(outputs, dim=1), None
@@ -106,8 +106,8 @@ class _Plan(NamedTuple):
     version: int  # its in-place version counter when planned
     dtype: torch.dtype  # the queries'
     causal: bool  # exactly causal aligned bottom-right, and cheaper so (:func:`_causal_pays`)
-    additive: torch.Tensor | None  # the mask as SDPA adds it (0 / -inf, the queries' dtype); None above the bound
-    blocks: list[tuple[int | torch.Tensor | None, torch.Tensor | None]] | None  # per block: keys seen, its mask
+    additive: torch.Tensor | None  # under two blocks: the mask as SDPA adds it (0 / -inf, the queries' dtype)
+    blocks: list[tuple[int | torch.Tensor | None, torch.Tensor | None]] | None  # per block: keys seen, additive mask
 
 
 # the plan of the last mask, replaced whole (threads read it safely): every layer of a pass is given the same mask,
@@ -130,13 +130,12 @@ def _plan(mask: torch.Tensor, dtype: torch.dtype) -> _Plan:
     one = mask[:1] if mask.shape[0] > 1 and mask.stride(0) == 0 else mask
     causal = _causal_pays(queries, keys) and _is_causal(one)
     additive, blocks = None, None
-    if not causal:
-        if one.numel() * torch.finfo(dtype).bits // 8 <= ADDITIVE_BYTES:
-            additive = torch.where(one, torch.tensor(0.0, dtype=dtype, device=mask.device),
-                                   torch.tensor(float("-inf"), dtype=dtype, device=mask.device))
-        if queries >= 2 * BLOCK:
-            blocks = [(columns, None if additive is None else _cut(additive, start, stop, columns))
-                      for (start, stop), columns in zip(_blocks(queries), _visible_keys(one))]
+    convert = one.numel() * torch.finfo(dtype).bits // 8 <= ADDITIVE_BYTES
+    if not causal and queries < 2 * BLOCK:
+        additive = _additive(one, dtype) if convert else None
+    elif not causal:  # each block's own mask, contiguous (measured 3-10% faster per call than a view of the whole)
+        blocks = [(columns, _additive(_cut(one, start, stop, columns), dtype) if convert else None)
+                  for (start, stop), columns in zip(_blocks(queries), _visible_keys(one))]
     plan = _Plan(weakref.ref(mask, _forget), mask._version, dtype, causal, additive, blocks)
     _last[0] = plan
     return plan
@@ -147,6 +146,12 @@ def _forget(ref: weakref.ref) -> None:
     last = _last[0]
     if last is not None and last.mask is ref:
         _last[0] = None
+
+
+def _additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``mask`` as SDPA makes it additive: 0 where True, -inf where False, of ``dtype``."""
+    return torch.where(mask, torch.tensor(0.0, dtype=dtype, device=mask.device),
+                       torch.tensor(float("-inf"), dtype=dtype, device=mask.device))
 
 
 def _cut(mask: torch.Tensor, start: int, stop: int, columns: int | torch.Tensor | None) -> torch.Tensor:

@@ -152,10 +152,13 @@ def test_short_queries_float_masks_and_no_mask_are_sdpa_itself(dtype, bound, mon
     assert (attention._last[0].additive is None) == (bound == 0)
 
 
+@pytest.mark.parametrize("bound", [attention.ADDITIVE_BYTES, 0])
 @pytest.mark.parametrize("queries, past", [(100, 30), (3 * BLOCK, 0), (3 * BLOCK, 400)])
-def test_left_padded_rows_whose_first_queries_see_no_key_give_sdpa_outputs(queries, past):
+def test_left_padded_rows_whose_first_queries_see_no_key_give_sdpa_outputs(queries, past, bound, monkeypatch):
     """Transformers' own masks hide every key from a left-padded row's first queries (when the padding is not
-    cached): those queries get SDPA's output (zeros) whatever the path, and the others SDPA's too."""
+    cached): those queries get SDPA's output (zeros) whatever the path, additive mask or boolean (above the bound),
+    and the others SDPA's too."""
+    monkeypatch.setattr(attention, "ADDITIVE_BYTES", bound)
     padding = torch.ones(3, past + queries, dtype=torch.bool)
     padding[0, :past + 20] = False
     padding[1, :past + queries // 2] = False
@@ -266,9 +269,9 @@ def test_a_pass_plans_its_mask_once_and_lets_it_go_with_the_mask():
     skip_hidden_keys(_Module(), q, k, v, mask)
     plan = attention._last[0]
     skip_hidden_keys(_Module(), q, k, v, mask)
-    assert attention._last[0] is plan and plan.additive.dtype == torch.float32
+    assert attention._last[0] is plan and {m.dtype for _, m in plan.blocks} == {torch.float32}
     skip_hidden_keys(_Module(), *(t.double() for t in (q, k, v)), mask)
-    assert attention._last[0].additive.dtype == torch.float64
+    assert {m.dtype for _, m in attention._last[0].blocks} == {torch.float64}
     del mask, plan
     gc.collect()
     assert attention._last[0] is None
@@ -362,8 +365,11 @@ def test_the_attention_benchmark_reports_each_mask_beside_sdpa():
     for row in report["rows"]:
         assert row["max_abs_difference"] <= row["keys"] * EPS * 8, row  # the same outputs, to float rounding
         assert 0 < row["pairs_computed"] <= 1 and row["sdpa_ms"] > 0 and row["skip_ms"] > 0
+        assert row["sdpa_forward_ms"] > 0 and row["skip_forward_ms"] > 0
     causal = next(row for row in report["rows"] if row["mask"] == "causal after a shared prefix")
     assert causal["pairs_computed"] < 0.9  # blocks skip most of the hidden triangle
+    assert {row["path"] for row in report["rows"]} <= {"causal kernel", "blocks", "whole"}
+    assert next(row for row in report["rows"] if row["mask"] == "acting step")["path"] == "whole"
     assert len(BENCHMARK.figures(report)) == len(report["rows"])
 
 

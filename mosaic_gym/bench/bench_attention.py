@@ -1,11 +1,15 @@
 """Benchmark attention that skips the keys a mask hides (:mod:`agents.attention`) beside SDPA on the same tensors.
 
 The masks are the ones this project's passes carry: a causal pass after a 455-token shared prefix (the update's and
-the scorer's, after the system message or a stored context), a padded batch (rows of different lengths), and a
-candidate tree after a long context (six choices of eight candidates each, every choice seeing more of the context
-than the one before, as :func:`agents.lm.score_tree`'s). For each: the time of a forward and backward pass (the
-minimum over ``--repeat`` runs) by Transformers' SDPA and by :func:`agents.attention.skip_hidden_keys`, the share
-of query-key pairs the blocks still compute, and the largest difference of the two outputs (float rounding).
+the scorer's, after the system message or a stored context), a padded batch (rows of different lengths), a candidate
+tree after a long context (six choices of eight candidates each, every choice seeing more of the context than the
+one before, as :func:`agents.lm.score_tree`'s), and an acting step (eight rows' new prompts of up to 300 tokens
+after their caches, padded, as the agent feeds them: too few queries for blocks). For each: the time of a pass's
+attention, forward and backward (:data:`LAYERS` layers given one new mask, as a model's pass gives them; the minimum
+over ``--repeat`` runs) by Transformers' SDPA and by :func:`agents.attention.skip_hidden_keys`, the path the latter
+takes (the causal kernel, blocks, or the whole query), the share of query-key pairs it still computes, and the
+largest difference of the two outputs (float rounding); and the times of the forward pass alone, without autograd
+(the agent's passes).
 
 Usage:
     python -m mosaic_gym.bench.bench_attention            # contexts of 1,000, 2,000 and 3,000 tokens
@@ -27,7 +31,7 @@ from mosaic_gym.bench.registry import Benchmark
 
 PACKAGES = ("torch", "transformers")
 PREFIX = 455  # the system message's tokens, which the update and the scorer run once for every row
-HEADS, DIM = 4, 32  # tiny-1m's attention
+HEADS, DIM, LAYERS = 4, 32, 4  # tiny-1m's attention
 
 
 class _Layer(torch.nn.Module):  # what the attention functions read of a layer
@@ -69,18 +73,43 @@ def candidate_tree(length: int) -> torch.Tensor:
     return tree_mask(length, [(length * (k + 1) // 6, 20) for k in range(6) for _ in range(8)])
 
 
+def acting_step(length: int) -> torch.Tensor:
+    """Eight rows after a cache of ``length`` columns, as Transformers masks the agent's step: row r's context fills
+    the first ``length - 40 r`` of them (the rest is padding), and its new prompt the last ``300 - 20 r`` of the 300
+    new columns (left-padded, so every row ends at the last column)."""
+    from transformers.masking_utils import sdpa_mask
+
+    padding = torch.zeros(8, length + 300, dtype=torch.bool)
+    for r in range(8):
+        padding[r, :length - 40 * r] = True
+        padding[r, length + 20 * r:] = True
+    return sdpa_mask(batch_size=8, q_length=300, kv_length=length + 300, q_offset=length, attention_mask=padding)
+
+
 MASKS: dict[str, Callable[[int], torch.Tensor]] = {
     "causal after a shared prefix": causal_after_prefix, "padded batch": padded_batch,
-    "candidate tree": candidate_tree}
+    "candidate tree": candidate_tree, "acting step": acting_step}
+
+
+def path(mask: torch.Tensor) -> str:
+    """The way :func:`skip_hidden_keys` attends under ``mask``: "causal kernel", "blocks" or "whole"."""
+    from agents.attention import _causal_pays, _is_causal
+
+    queries, keys = mask.shape[-2:]
+    if _causal_pays(queries, keys) and _is_causal(mask):
+        return "causal kernel"
+    return "blocks" if queries >= 2 * BLOCK else "whole"
 
 
 def pairs_computed(mask: torch.Tensor) -> float:
-    """The share of a mask's query-key pairs that :func:`skip_hidden_keys`' blocks attend over."""
+    """The share of a mask's query-key pairs that :func:`skip_hidden_keys` attends over (the causal kernel: the
+    lower triangle of its padded queries)."""
     from agents.attention import _blocks, _visible_keys
 
     queries, keys = mask.shape[-2:]
-    if queries < 2 * BLOCK:
-        return 1.0
+    way = path(mask)
+    if way != "blocks":
+        return keys * (keys + 1) / 2 / (queries * keys) if way == "causal kernel" else 1.0
     done = 0
     for (start, stop), columns in zip(_blocks(queries), _visible_keys(mask)):
         width = keys if columns is None else columns if isinstance(columns, int) else len(columns)
@@ -89,15 +118,21 @@ def pairs_computed(mask: torch.Tensor) -> float:
 
 
 def timed(fn: Callable[..., tuple[torch.Tensor, Any]], q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-          mask: torch.Tensor, repeat: int) -> tuple[float, torch.Tensor]:
-    """The least seconds of ``repeat`` forward and backward passes of ``fn``, and its output."""
+          mask: torch.Tensor, repeat: int, backward: bool = True) -> tuple[float, torch.Tensor]:
+    """The least seconds of ``repeat`` passes of ``fn`` through :data:`LAYERS` layers, forward and backward (or
+    forward only, without autograd, as the agent's passes), each pass given a new copy of ``mask`` (what is done
+    once per pass is timed once per pass), and its output."""
     best, out = float("inf"), None
     for _ in range(repeat):
-        leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+        fresh = mask.clone()
+        leaves = [t.detach().requires_grad_(backward) for t in (q, k, v)]
         started = time.perf_counter()
-        out, _ = fn(_Layer(), *leaves, mask, scaling=DIM ** -0.5)
-        out.sum().backward()
+        with torch.set_grad_enabled(backward):
+            outs = [fn(_Layer(), *leaves, fresh, scaling=DIM ** -0.5)[0] for _ in range(LAYERS)]
+            if backward:
+                sum(o.sum() for o in outs).backward()
         best = min(best, time.perf_counter() - started)
+        out = outs[0]
     assert out is not None
     return best, out.detach()
 
@@ -115,20 +150,26 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             q, k, v = (torch.randn(batch, HEADS, n, DIM, generator=generator) for n in (queries, keys, keys))
             sdpa_s, expected = timed(sdpa_attention_forward, q, k, v, mask, args.repeat)
             skip_s, got = timed(skip_hidden_keys, q, k, v, mask, args.repeat)
+            forward = [timed(fn, q, k, v, mask, args.repeat, backward=False)[0]
+                       for fn in (sdpa_attention_forward, skip_hidden_keys)]
             live = mask.any(-1).reshape(batch, queries)  # queries that see a key
             rows.append({"mask": name, "context": length, "queries": queries, "keys": keys, "batch": batch,
                          "sdpa_ms": round(sdpa_s * 1e3, 2), "skip_ms": round(skip_s * 1e3, 2),
-                         "ratio": round(skip_s / sdpa_s, 3), "pairs_computed": round(pairs_computed(mask), 3),
+                         "ratio": round(skip_s / sdpa_s, 3), "sdpa_forward_ms": round(forward[0] * 1e3, 2),
+                         "skip_forward_ms": round(forward[1] * 1e3, 2),
+                         "forward_ratio": round(forward[1] / forward[0], 3), "path": path(mask),
+                         "pairs_computed": round(pairs_computed(mask), 3),
                          "max_abs_difference": float((got - expected)[live].abs().max())})
     return {"bench": "attention", "settings": args.settings, "machine": {**machine(PACKAGES), **torch_machine()},
             "config": {"lengths": list(args.lengths), "repeat": args.repeat, "heads": HEADS, "head_dim": DIM,
-                       "prefix": PREFIX, "block": BLOCK},
+                       "layers": LAYERS, "prefix": PREFIX, "block": BLOCK},
             "rows": rows}
 
 
 def figures(result: dict[str, Any]) -> list[dict[str, Any]]:
     """A row per mask and context: the skipping attention's forward and backward beside SDPA's."""
-    return [figure(f"{row['mask']}, {row['context']} tokens: forward + backward", row["skip_ms"], "ms",
+    return [figure(f"{row['mask']}, {row['context']} tokens ({row['path']}): {LAYERS} layers forward + backward",
+                   row["skip_ms"], "ms",
                    "SDPA, the same tensors", row["sdpa_ms"]) for row in result["rows"]]
 
 
@@ -151,7 +192,8 @@ def options(parser: argparse.ArgumentParser) -> None:
 
 BENCHMARK = Benchmark(
     "attention", "attention that skips the keys a mask hides (agents.attention), forward and backward, beside SDPA "
-    "on the same tensors: causal after a shared prefix, a padded batch, a candidate tree", measure, figures,
+    "on the same tensors: causal after a shared prefix, a padded batch, a candidate tree, an acting step", measure,
+    figures,
     quick="contexts of 1,000 and 2,000 tokens", smoke="a context of 1,000 tokens, one run",
     defaults={"full": {"lengths": [1000, 2000, 3000], "repeat": 5}, "quick": {"lengths": [1000, 2000], "repeat": 3},
               "smoke": {"lengths": [1000], "repeat": 1}},
