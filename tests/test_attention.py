@@ -152,6 +152,13 @@ def test_short_queries_float_masks_and_no_mask_are_sdpa_itself(dtype, bound, mon
     assert (attention._last[0].additive is None) == (bound == 0)
 
 
+def test_a_mask_broadcast_over_the_queries_is_left_to_sdpa():
+    """A mask of one query row for all (Transformers' masks have a row per query) is SDPA's to broadcast."""
+    q, k, v = _qkv(1, 3 * BLOCK, 600, seed=6)
+    mask = torch.rand(1, 1, 1, 600, generator=torch.Generator().manual_seed(6)) < 0.5
+    assert torch.equal(skip_hidden_keys(_Module(), q, k, v, mask)[0], sdpa_attention_forward(_Module(), q, k, v, mask)[0])
+
+
 @pytest.mark.parametrize("bound", [attention.ADDITIVE_BYTES, 0])
 @pytest.mark.parametrize("queries, past", [(100, 30), (3 * BLOCK, 0), (3 * BLOCK, 400)])
 def test_left_padded_rows_whose_first_queries_see_no_key_give_sdpa_outputs(queries, past, bound, monkeypatch):
