@@ -174,13 +174,7 @@ def fraction(text: str) -> float:
         >>> fraction("0.5")
         0.5
     """
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0 < value <= 1:  # nan fails too
-        raise argparse.ArgumentTypeError(f"{text!r} is not a fraction in (0, 1], e.g. 0.5")
-    return value
+    return _in_unit_interval(text, zero=False)
 
 
 def share(text: str) -> float:
@@ -191,12 +185,18 @@ def share(text: str) -> float:
         >>> share("0")
         0.0
     """
+    return _in_unit_interval(text, zero=True)
+
+
+def _in_unit_interval(text: str, zero: bool) -> float:
+    """``text`` as a number in (0, 1] (or [0, 1] with ``zero``), else argparse's one-line error."""
     try:
         value = float(text)
     except ValueError:
         value = float("nan")
-    if not 0 <= value <= 1:  # nan fails too
-        raise argparse.ArgumentTypeError(f"{text!r} is not a share in [0, 1], e.g. 0.25")
+    if not (0 <= value if zero else 0 < value) or not value <= 1:  # nan fails too
+        kind, example = ("share in [0, 1]", "0.25") if zero else ("fraction in (0, 1]", "0.5")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a {kind}, e.g. {example}")
     return value
 
 
