@@ -107,9 +107,9 @@ def fork_config(args: argparse.Namespace) -> TrainConfig:
 def preset_config(args: argparse.Namespace, preset: str) -> TrainConfig:
     """A study preset (:data:`algos.study.PRESETS`) as its seed-0 RL run sets it (its quick settings unless
     ``full``)."""
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp:  # (the run's folder: gone after, as the bench writes no run)
         config = warm_start_configs(preset, tmp, seeds=1, quick=args.settings != "full")[0]
-    return dataclasses.replace(config, out=None, iterations=1)
+    return dataclasses.replace(config, iterations=1)
 
 
 def starting_policy(config: TrainConfig, env: gym.Env, bc_episodes: int) -> tuple[Any, Any]:
