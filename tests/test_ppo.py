@@ -279,9 +279,11 @@ def test_a_tiny_run_with_epochs_logs_the_post_step_kl_the_entropy_and_the_probe(
 
 
 def test_dynamic_sampling_trains_on_groups_of_unequal_rewards_only(tmp_path):
+    # (and with no measuring pass after the update, through the command line: none of its metrics is logged)
     metrics = _run(tmp_path, "--dynamic-sampling", "1", "--dynamic-max-draws", "3", "--rl-temperature", "3.0",
-                   "--log-groups", "0")
+                   "--log-groups", "0", "--measure-fraction", "0")
     for m in metrics:
+        assert not {"kl_after", "entropy", "dlogp_pos", "units_measured"} & set(m) and "loss" in m
         assert m["groups_trained"] <= 1
         # Drawn round by round until one group of unequal rewards is found, or the three rounds are spent.
         assert m["groups_drawn"] == 6 if m["groups_trained"] == 0 else m["groups_drawn"] in (2, 4, 6)
