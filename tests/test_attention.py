@@ -152,6 +152,22 @@ def test_short_queries_float_masks_and_no_mask_are_sdpa_itself(dtype, bound, mon
     assert (attention._last[0].additive is None) == (bound == 0)
 
 
+def test_without_autograd_a_mask_above_the_inference_bound_stays_boolean(monkeypatch):
+    """A pass without autograd keeps its additive mask only up to INFERENCE_ADDITIVE_BYTES (it would hold it across
+    the layers, where SDPA made and freed one per layer); the same mask under autograd is planned again and made
+    additive. The outputs are SDPA's to the bit either way."""
+    monkeypatch.setattr(attention, "INFERENCE_ADDITIVE_BYTES", 1024)
+    q, k, v = _qkv(2, BLOCK, 300, seed=4)
+    mask = _causal_after(300 - BLOCK, [BLOCK, BLOCK - 40])
+    expected, _ = sdpa_attention_forward(_Module(), q, k, v, mask)
+    with torch.no_grad():
+        quiet, _ = skip_hidden_keys(_Module(), q, k, v, mask)
+    assert not attention._last[0].grad and attention._last[0].additive is None
+    trained, _ = skip_hidden_keys(_Module(), q, k, v, mask)
+    assert attention._last[0].grad and attention._last[0].additive is not None
+    assert torch.equal(quiet, expected) and torch.equal(trained, expected)
+
+
 def test_a_mask_broadcast_over_the_queries_is_left_to_sdpa():
     """A mask of one query row for all (Transformers' masks have a row per query) is SDPA's to broadcast."""
     q, k, v = _qkv(1, 3 * BLOCK, 600, seed=6)
