@@ -116,8 +116,8 @@ class _Plan(NamedTuple):
 
 
 # the plan of the last mask, replaced whole (threads read it safely): every layer of a pass is given the same mask,
-# so the plan is made once per pass, not once per layer; a mask changed in place since (its version counter moved)
-# or given queries of another dtype is planned again, and the plan goes when its mask does
+# so the plan is made once per pass, not once per layer; a mask changed in place since (its version counter moved),
+# given queries of another dtype or met with autograd switched is planned again, and the plan goes when its mask does
 _last: list[_Plan | None] = [None]
 
 

@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 import torch
 
-from agents.attention import BLOCK, skip_hidden_keys
+from agents.attention import BLOCK, _blocks, _plan, skip_hidden_keys
 from mosaic_gym.bench.common import at_least, figure, machine, torch_machine
 from mosaic_gym.bench.registry import Benchmark
 
@@ -94,26 +94,21 @@ MASKS: dict[str, Callable[[int], torch.Tensor]] = {
 
 
 def path(mask: torch.Tensor) -> str:
-    """The way :func:`skip_hidden_keys` attends under ``mask``: "causal kernel", "blocks" or "whole"."""
-    from agents.attention import _causal_pays, _is_causal
-
-    queries, keys = mask.shape[-2:]
-    if _causal_pays(queries, keys) and _is_causal(mask):
-        return "causal kernel"
-    return "blocks" if queries >= 2 * BLOCK else "whole"
+    """The way :func:`skip_hidden_keys` attends under ``mask`` (its own plan for the pass): "causal kernel",
+    "blocks" or "whole"."""
+    plan = _plan(mask, torch.float32)
+    return "causal kernel" if plan.causal else "blocks" if plan.blocks is not None else "whole"
 
 
 def pairs_computed(mask: torch.Tensor) -> float:
     """The share of a mask's query-key pairs that :func:`skip_hidden_keys` attends over (the causal kernel: the
     lower triangle of its padded queries)."""
-    from agents.attention import _blocks, _visible_keys
-
+    plan = _plan(mask, torch.float32)
     queries, keys = mask.shape[-2:]
-    way = path(mask)
-    if way != "blocks":
-        return keys * (keys + 1) / 2 / (queries * keys) if way == "causal kernel" else 1.0
+    if plan.blocks is None:
+        return keys * (keys + 1) / 2 / (queries * keys) if plan.causal else 1.0
     done = 0
-    for (start, stop), columns in zip(_blocks(queries), _visible_keys(mask)):
+    for (start, stop), (columns, _) in zip(_blocks(queries), plan.blocks):
         width = keys if columns is None else columns if isinstance(columns, int) else len(columns)
         done += (stop - start) * width
     return done / (queries * keys)
