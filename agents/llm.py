@@ -34,7 +34,8 @@ from envs.prompts import render_transcript
 
 from .attention import use_skip_hidden_keys
 from .base import RecordingAgent
-from .lm import Branch, cache_kwarg, cache_rows, candidate_log_policy, keys_values, reserved_cache, score_tree
+from .lm import (Branch, cache_kwarg, cache_rows, candidate_log_policy, keys_values, padded_causal_mask, reserved_cache,
+                 score_tree)
 from .records import AgentStep
 
 KV = tuple[tuple[torch.Tensor, torch.Tensor], ...]
@@ -508,6 +509,7 @@ class LLMAgent(RecordingAgent):
         for row in rows:
             row.kv = None  # in the batch now (see _Row)
         mask = mask.to(self.device)
+        pass_mask = padded_causal_mask(self.model, mask, width)  # (Transformers' own, made once for every run)
         step = max(1, self.max_prompt_tokens // width)  # rows per pass
         whole = step >= batch
         logits = []
@@ -523,7 +525,7 @@ class LLMAgent(RecordingAgent):
                 part = DynamicCache()  # (a first step: these rows' keys are copied into the batch's cache below)
             out = self.model(
                 input_ids=input_ids[start:stop].to(self.device),
-                attention_mask=mask[start:stop],
+                attention_mask=pass_mask[start:stop],
                 position_ids=positions[start:stop].to(self.device),
                 use_cache=True,
                 **{self._cache_kwarg: part},
@@ -538,16 +540,25 @@ class LLMAgent(RecordingAgent):
         return torch.cat(logits) if len(logits) > 1 else logits[0], cache, mask, next_positions
 
     def _stack_past(self, rows: Sequence[_Row], past: int, capacity: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """The rows' cached keys and values right-aligned in the first ``past`` of ``capacity`` columns."""
+        """The rows' cached keys and values right-aligned in the first ``past`` of ``capacity`` columns.
+
+        Only the padding in front of a row's keys is zeroed (masked, it must still be finite: a hidden key's weight
+        is exactly 0, and 0 times a finite value is 0); the room after ``past`` is written by the passes that
+        extend the cache before any reads it (:func:`agents.lm.reserved_cache`), so it is left unset.
+        """
         template = next(r.kv for r in rows if r.kv is not None)
         layers = []
         for layer, (k0, v0) in enumerate(template):
-            keys = k0.new_zeros((len(rows), k0.shape[1], capacity, k0.shape[3]))
-            values = v0.new_zeros((len(rows), v0.shape[1], capacity, v0.shape[3]))
+            keys = k0.new_empty((len(rows), k0.shape[1], capacity, k0.shape[3]))
+            values = v0.new_empty((len(rows), v0.shape[1], capacity, v0.shape[3]))
             for i, row in enumerate(rows):
+                gap = past - row.past
+                if gap:
+                    keys[i, :, :gap] = 0
+                    values[i, :, :gap] = 0
                 if row.kv is not None:
-                    keys[i, :, past - row.past : past] = row.kv[layer][0][0]
-                    values[i, :, past - row.past : past] = row.kv[layer][1][0]
+                    keys[i, :, gap:past] = row.kv[layer][0][0]
+                    values[i, :, gap:past] = row.kv[layer][1][0]
             layers.append((keys, values))
         return layers
 
@@ -821,13 +832,14 @@ def _attention_slots(shapes: Sequence[tuple[int, int, int]]) -> int:
 def _into_batch(cache: DynamicCache | None, part: DynamicCache, start: int, batch: int, capacity: int
                 ) -> DynamicCache:
     """``part``'s rows written into rows ``start:`` of ``cache``, a :func:`agents.lm.reserved_cache` of ``batch``
-    rows and ``capacity`` columns (None: made here, from ``part``'s shapes)."""
+    rows and ``capacity`` columns (None: made here, from ``part``'s shapes; every run of rows writes all of its
+    rows' columns, and the room after them is written before it is read, so the buffers start unset)."""
     done = keys_values(part, "the agent's caches need")
     if cache is None:
-        def zeros(t: torch.Tensor) -> torch.Tensor:
-            return t.new_zeros((batch, t.shape[1], capacity, t.shape[3]))
+        def buffer(t: torch.Tensor) -> torch.Tensor:
+            return t.new_empty((batch, t.shape[1], capacity, t.shape[3]))
 
-        cache = reserved_cache([(zeros(keys), zeros(values)) for keys, values in done], done[0][0].shape[2])
+        cache = reserved_cache([(buffer(keys), buffer(values)) for keys, values in done], done[0][0].shape[2])
     for layer, (keys, values) in zip(cache.layers, done):
         length = keys.shape[2]
         for buffer, new in zip(_buffers(layer), (keys, values)):

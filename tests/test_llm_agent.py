@@ -406,6 +406,68 @@ def test_prompts_past_max_prompt_tokens_go_through_in_runs_and_act_the_same(tiny
         LLMAgent(model, tokenizer, max_prompt_tokens=0)
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(1, 5)), min_size=1, max_size=4))
+def test_a_padded_batch_pass_gets_the_mask_transformers_would_build(shapes):
+    # The agent lays a batch out as cached keys right-aligned in `past` columns, then new tokens right-aligned in
+    # `width` (LLMAgent._forward) and builds the pass's 4D mask itself: it must be Transformers' own from the 2D
+    # mask (or the 2D mask, where Transformers would build none and run SDPA's causal kernel).
+    from transformers.masking_utils import sdpa_mask
+
+    from agents.lm import padded_causal_mask
+
+    past, width = max(p for p, _ in shapes), max(n for _, n in shapes)
+    mask = torch.zeros((len(shapes), past + width), dtype=torch.long)
+    for i, (p, n) in enumerate(shapes):
+        mask[i, past - p : past] = 1
+        mask[i, past + width - n :] = 1
+    model = build_tiny_model(train_tokenizer(_texts()[:4], vocab_size=300), "100k", seed=0)
+    theirs = sdpa_mask(batch_size=len(shapes), q_length=width, kv_length=past + width, q_offset=past,
+                       attention_mask=mask.bool())
+    ours = padded_causal_mask(model, mask, width)
+    if theirs is None:
+        assert ours is mask
+    else:
+        assert ours.dtype == torch.bool and torch.equal(ours, theirs.expand_as(ours))
+    model.config._attn_implementation = "eager"  # any other attention: the 2D mask, for Transformers to convert
+    assert padded_causal_mask(model, mask, width) is mask
+
+
+@pytest.mark.parametrize("mode", ["choose", "generate"])
+def test_cache_room_the_agent_leaves_unset_is_never_read(tiny, mode, monkeypatch):
+    # The batch's cache buffers are allocated unset (only the padding in front of a row's keys is zeroed): the
+    # room after the cache is written by the passes that extend it before anything reads it. Filled with NaN
+    # instead, every step must come out the same, bit for bit (one pass per row and the whole batch at once).
+    model, tokenizer = tiny
+    questions = ["where was Edra Vane born?", "a longer question about Mira Quell and Varn Holt?", "Oskarde?"]
+    candidates = ['search("Edra Vane")', "open(1)", 'answer("Oskarde")']
+    empty = torch.Tensor.new_empty
+
+    def acted(cap: int) -> list[AgentStep]:
+        agent = LLMAgent(model, tokenizer, mode=mode, temperature=1.0, seed=3, max_new_tokens=12,
+                         max_prompt_tokens=cap)
+        turns, steps = [[] for _ in questions], []
+        for k in range(3):
+            messages = [_messages(q, t) for q, t in zip(questions, turns)]
+            actions, batch = agent.act_batch_recorded([render_transcript(m) for m in messages],
+                                                      [_info(m, candidates=candidates) for m in messages])
+            steps += batch
+            for t, action in zip(turns, actions):
+                t.append((action, f"[Result {k}]"))
+        return steps
+
+    for cap in (1 << 20, 1):
+        clean = acted(cap)
+        with monkeypatch.context() as patch:
+            patch.setattr(torch.Tensor, "new_empty", lambda t, *a, **k: empty(t, *a, **k).fill_(float("nan")))
+            poisoned = acted(cap)
+        for a, b in zip(clean, poisoned, strict=True):
+            assert (a.text, a.prompt_ids, a.gen_ids) == (b.text, b.prompt_ids, b.gen_ids)
+            assert torch.equal(a.logprobs, b.logprobs) and not a.logprobs.isnan().any()
+            if mode == "choose":
+                assert torch.equal(a.choice_probs, b.choice_probs)
+
+
 def test_choose_records_the_policy_the_learner_computes(tiny):
     # The agent's recorded probabilities and log-prob are candidate_log_policy's, the learner's function, applied
     # to the candidates' token log-probs: acting and learning share one policy, not two copies kept equal.
