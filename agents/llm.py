@@ -836,10 +836,10 @@ def _into_batch(cache: DynamicCache | None, part: DynamicCache, start: int, batc
     rows' columns, and the room after them is written before it is read, so the buffers start unset)."""
     done = keys_values(part, "the agent's caches need")
     if cache is None:
-        def buffer(t: torch.Tensor) -> torch.Tensor:
+        def unset(t: torch.Tensor) -> torch.Tensor:
             return t.new_empty((batch, t.shape[1], capacity, t.shape[3]))
 
-        cache = reserved_cache([(buffer(keys), buffer(values)) for keys, values in done], done[0][0].shape[2])
+        cache = reserved_cache([(unset(keys), unset(values)) for keys, values in done], done[0][0].shape[2])
     for layer, (keys, values) in zip(cache.layers, done):
         length = keys.shape[2]
         for buffer, new in zip(_buffers(layer), (keys, values)):
