@@ -247,6 +247,39 @@ def test_the_summary_probe_is_the_probability_the_agent_samples_with(tokenizer):
         summary_states(gym.make("mosaic/WebQA-v0", site_size=SITE_SIZE, candidates=True), 2)
 
 
+@pytest.mark.parametrize("max_tokens", [1, 700, 1_500])
+def test_the_probe_scores_in_bounded_passes_and_gets_what_one_pass_gets(tokenizer, monkeypatch, max_tokens):
+    """The probe runs its states in passes of at most max_tokens padded tokens (one pass over the summary
+    preset's 32 states raised a run's peak memory by ~720 MiB): each state's probability is the one a single
+    pass over all of them gives, to float32 rounding, in the states' order."""
+    import algos.evaluate.probes as probes
+
+    env = gym.make("mosaic/WebQA-v0", **SUMMARY_ENV, max_steps=12)
+    states = summary_states(env, 5, seed=4)
+    tok = train_tokenizer(TEXTS + [s.observation for s in states] * 3, vocab_size=400)
+    agent = LLMAgent(build_tiny_model(tok, "100k", seed=2), tok, mode="choose", temperature=1.0,
+                     length_normalize=True, seed=0)
+    whole = probe_probabilities(agent, states, temperature=1.0, length_normalize=True, max_tokens=10**9)
+    passes: list[int] = []
+    real = probes.choice_logprobs
+
+    def counted(model, batch, device, prefix=None):
+        passes.append(len(batch))
+        assert len(batch) == 1 or len(batch) * max(len(s.token_ids) for s in batch) <= max_tokens
+        return real(model, batch, device, prefix)
+
+    monkeypatch.setattr(probes, "choice_logprobs", counted)
+    parts = probe_probabilities(agent, states, temperature=1.0, length_normalize=True, max_tokens=max_tokens)
+    assert sum(passes) == len(states) and len(passes) > 1
+    np.testing.assert_allclose(parts, whole, rtol=1e-5, atol=1e-7)
+    # Each in its state's place: the agent's own scorer (its caches and batching, another code path) agrees.
+    steps = agent.act_batch_recorded([s.observation for s in states],
+                                     [{**s.info, "env_index": k} for k, s in enumerate(states)])[1]
+    acting = np.array([float(step.choice_probs[s.target]) for step, s in zip(steps, states)])
+    np.testing.assert_allclose(parts, acting, rtol=1e-4, atol=1e-6)
+    assert len(set(np.round(acting, 4))) == len(states)  # (the states differ: an order mix-up would show)
+
+
 # A tiny run through the command line --------------------------------------------------------------------------
 
 

@@ -28,7 +28,7 @@ from agents import OracleAgent
 from agents.records import Choice, TrainSequence
 from envs import view
 
-from algos.logprobs import choice_logprobs
+from algos.logprobs import choice_logprobs, micro_batches
 
 PROBES = ("summary",)
 PROBE_ENV_INDEX = -7_000  # the agent's cache key of a probe state (no env of a pool has a negative index)
@@ -68,9 +68,15 @@ def summary_states(env: Any, count: int, seed: int = 0, max_steps: int = 64) -> 
 
 @torch.no_grad()
 def probe_probabilities(agent: Any, states: Sequence[ProbeState], temperature: float, length_normalize: bool,
-                        device: str = "cpu") -> np.ndarray:
+                        device: str = "cpu", max_tokens: int = 2048) -> np.ndarray:
     """The policy's probability of each state's target candidate, ``pi = softmax(score / temperature)`` as the
-    agent samples (at temperature 1 where it samples greedily); the agent's sampling generator is not touched."""
+    agent samples (at temperature 1 where it samples greedily); the agent's sampling generator is not touched.
+
+    The states are scored in passes of at most ``max_tokens`` padded tokens (:func:`algos.logprobs.micro_batches`,
+    as the learner's update runs): one pass over all 32 states of the summary preset's probe, with every
+    candidate summary as a branch of its tree, raised a run's peak memory by about 720 MiB; the scores do not
+    depend on what else is in a pass.
+    """
     if not states:
         return np.zeros(0)
     infos = [{**s.info, "env_index": PROBE_ENV_INDEX - k} for k, s in enumerate(states)]
@@ -87,8 +93,11 @@ def probe_probabilities(agent: Any, states: Sequence[ProbeState], temperature: f
         ids = prompt + list(step.gen_ids)
         sequences.append(TrainSequence(ids, [False] * len(prompt) + [True] * len(step.gen_ids), [0.0] * len(ids),
                                        choices=[choice]))
-    logp, _, _, _ = choice_logprobs(agent.model, sequences, torch.device(device))
-    return torch.exp(logp[:, 0]).double().cpu().numpy()
+    probability: dict[int, float] = {}
+    for batch in micro_batches(sequences, max_tokens):
+        logp, _, _, _ = choice_logprobs(agent.model, batch, torch.device(device))
+        probability.update(zip(map(id, batch), torch.exp(logp[:, 0]).double().cpu().tolist()))
+    return np.array([probability[id(s)] for s in sequences])
 
 
 def probe_metrics(probabilities: np.ndarray, name: str = "summary") -> dict[str, float | None]:

@@ -123,7 +123,8 @@ def train(config: TrainConfig, log: Any = print, reporters: Sequence[Any] = ()) 
 
 def _probe(config: TrainConfig, agent: LLMAgent, states: list[ProbeState]) -> dict[str, Any]:
     """``config.probe``'s metrics of the policy as it stands (:mod:`algos.evaluate.probes`): exact, no sampling."""
-    p = probe_probabilities(agent, states, config.temperature, config.length_normalize, device=config.pg.device)
+    p = probe_probabilities(agent, states, config.temperature, config.length_normalize, device=config.pg.device,
+                            max_tokens=config.pg.micro_batch_tokens)
     return probe_metrics(p, config.active_probe or "summary")
 
 
