@@ -56,9 +56,15 @@ def cache_kwarg(model: torch.nn.Module) -> str:
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
+def _takes_sdpa_masks(model: torch.nn.Module) -> bool:
+    """Whether ``model``'s attention is SDPA's (Transformers' or :mod:`agents.attention`'s), which takes boolean
+    4D masks (a config naming no implementation: Transformers' default, SDPA)."""
+    return getattr(model.config, "_attn_implementation", "sdpa") in ("sdpa", SKIPPING_SDPA)
+
+
 def attention_mask_4d(model: torch.nn.Module, allowed: torch.Tensor) -> torch.Tensor:
     """A custom ``(batch, 1, query, key)`` mask as ``model``'s attention takes it (bool for SDPA, additive else)."""
-    if getattr(model.config, "_attn_implementation", "sdpa") in ("sdpa", SKIPPING_SDPA):
+    if _takes_sdpa_masks(model):
         return allowed
     dtype = next(model.parameters()).dtype
     return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(~allowed, torch.finfo(dtype).min)
@@ -72,11 +78,14 @@ def padded_causal_mask(model: torch.nn.Module, attention: torch.Tensor, queries:
     other attention the 2D mask itself, which Transformers turns into what that attention takes. So is a mask
     Transformers would not build at all (no padding, and one query or no cached key: SDPA's own causal kernel).
 
+    >>> from transformers import LlamaConfig, LlamaForCausalLM
+    >>> model = LlamaForCausalLM(LlamaConfig(vocab_size=8, hidden_size=8, intermediate_size=8, num_hidden_layers=1,
+    ...                                      num_attention_heads=1, attn_implementation="sdpa"))
     >>> attention = torch.tensor([[0, 1, 1, 1], [1, 1, 0, 1]])
-    >>> padded_causal_mask(torch.nn.Linear(1, 1), attention, 2).int().tolist()  # (no config: SDPA, the default)
+    >>> padded_causal_mask(model, attention, 2).int().tolist()
     [[[[0, 1, 1, 0], [0, 1, 1, 1]]], [[[1, 1, 0, 0], [1, 1, 0, 1]]]]
     """
-    if getattr(getattr(model, "config", None), "_attn_implementation", "sdpa") not in ("sdpa", SKIPPING_SDPA):
+    if not _takes_sdpa_masks(model):
         return attention
     if queries in (1, attention.shape[1]) and bool(attention.all()):
         return attention

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import pytest
 import torch
@@ -375,6 +376,25 @@ def test_choose_batches_envs_and_small_score_budgets_agree(tiny):
         torch.testing.assert_close(a.choice_probs, b.choice_probs, atol=_path_tol(a), rtol=0)
 
 
+def _three_steps(model: Any, tokenizer: Any, mode: str, max_prompt_tokens: int) -> list[AgentStep]:
+    """Three batched steps of three sessions of different lengths (each step's result appended to its session),
+    by a new agent feeding at most ``max_prompt_tokens`` prompt tokens a pass: every step's record."""
+    questions = ["where was Edra Vane born?", "a longer question about Mira Quell and Varn Holt?", "Oskarde?"]
+    candidates = ['search("Edra Vane")', "open(1)", 'answer("Oskarde")']
+    agent = LLMAgent(model, tokenizer, mode=mode, temperature=1.0, seed=3, max_new_tokens=12,
+                     max_prompt_tokens=max_prompt_tokens)
+    turns: list[list[tuple[str, str]]] = [[] for _ in questions]
+    steps: list[AgentStep] = []
+    for k in range(3):
+        messages = [_messages(q, t) for q, t in zip(questions, turns)]
+        actions, batch = agent.act_batch_recorded([render_transcript(m) for m in messages],
+                                                  [_info(m, candidates=candidates) for m in messages])
+        steps += batch
+        for t, action in zip(turns, actions):
+            t.append((action, f"[Result {k}]"))
+    return steps
+
+
 @pytest.mark.parametrize("mode", ["generate", "choose"])
 def test_prompts_past_max_prompt_tokens_go_through_in_runs_and_act_the_same(tiny, mode):
     # One row per pass (a cap below any prompt's width) against the whole batch in one pass, over three steps:
@@ -382,21 +402,7 @@ def test_prompts_past_max_prompt_tokens_go_through_in_runs_and_act_the_same(tiny
     # (the runs writing their rows of it in place). The same actions, and the same log-probs to float rounding
     # (a matrix product over fewer rows may sum in another order).
     model, tokenizer = tiny
-    questions = ["where was Edra Vane born?", "a longer question about Mira Quell and Varn Holt?", "Oskarde?"]
-    candidates = ['search("Edra Vane")', "open(1)", 'answer("Oskarde")']
-    runs = []
-    for cap in (1 << 20, 1):
-        agent = LLMAgent(model, tokenizer, mode=mode, temperature=1.0, seed=3, max_new_tokens=12,
-                         max_prompt_tokens=cap)
-        turns, steps = [[] for _ in questions], []
-        for k in range(3):
-            messages = [_messages(q, t) for q, t in zip(questions, turns)]
-            actions, batch = agent.act_batch_recorded([render_transcript(m) for m in messages],
-                                                      [_info(m, candidates=candidates) for m in messages])
-            steps += batch
-            for t, action in zip(turns, actions):
-                t.append((action, f"[Result {k}]"))
-        runs.append(steps)
+    runs = [_three_steps(model, tokenizer, mode, cap) for cap in (1 << 20, 1)]
     for a, b in zip(*runs):
         assert (a.text, a.prompt_ids, a.gen_ids) == (b.text, b.prompt_ids, b.gen_ids)
         torch.testing.assert_close(a.logprobs, b.logprobs, atol=_path_tol(a), rtol=0)
@@ -439,28 +445,12 @@ def test_cache_room_the_agent_leaves_unset_is_never_read(tiny, mode, monkeypatch
     # room after the cache is written by the passes that extend it before anything reads it. Filled with NaN
     # instead, every step must come out the same, bit for bit (one pass per row and the whole batch at once).
     model, tokenizer = tiny
-    questions = ["where was Edra Vane born?", "a longer question about Mira Quell and Varn Holt?", "Oskarde?"]
-    candidates = ['search("Edra Vane")', "open(1)", 'answer("Oskarde")']
     empty = torch.Tensor.new_empty
-
-    def acted(cap: int) -> list[AgentStep]:
-        agent = LLMAgent(model, tokenizer, mode=mode, temperature=1.0, seed=3, max_new_tokens=12,
-                         max_prompt_tokens=cap)
-        turns, steps = [[] for _ in questions], []
-        for k in range(3):
-            messages = [_messages(q, t) for q, t in zip(questions, turns)]
-            actions, batch = agent.act_batch_recorded([render_transcript(m) for m in messages],
-                                                      [_info(m, candidates=candidates) for m in messages])
-            steps += batch
-            for t, action in zip(turns, actions):
-                t.append((action, f"[Result {k}]"))
-        return steps
-
     for cap in (1 << 20, 1):
-        clean = acted(cap)
+        clean = _three_steps(model, tokenizer, mode, cap)
         with monkeypatch.context() as patch:
             patch.setattr(torch.Tensor, "new_empty", lambda t, *a, **k: empty(t, *a, **k).fill_(float("nan")))
-            poisoned = acted(cap)
+            poisoned = _three_steps(model, tokenizer, mode, cap)
         for a, b in zip(clean, poisoned, strict=True):
             assert (a.text, a.prompt_ids, a.gen_ids) == (b.text, b.prompt_ids, b.gen_ids)
             assert torch.equal(a.logprobs, b.logprobs) and not a.logprobs.isnan().any()
