@@ -25,6 +25,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
@@ -32,7 +34,7 @@ def main() -> None:
     parser.add_argument("--save-warm-start", metavar="DIR", help="warm-start the fork preset's model and save it "
                         "(model and tokenizer) to DIR, with this checkout's code; then exit")
     parser.add_argument("--warm-start", metavar="DIR", help="the saved warm start to run an iteration from")
-    parser.add_argument("--code", default=str(Path(__file__).resolve().parents[1]),
+    parser.add_argument("--code", default=str(ROOT),
                         help="the checkout whose code runs the iteration (default: this one)")
     parser.add_argument("--algo", choices=("broadcast", "mosaic"), default="mosaic")
     parser.add_argument("--measure-fraction", type=float, default=1.0,
@@ -40,7 +42,7 @@ def main() -> None:
     args = parser.parse_args()
     if not args.save_warm_start and not args.warm_start:
         parser.error("give --save-warm-start DIR (once) or --warm-start DIR (each run)")
-    sys.path.insert(0, str(Path(args.code if args.warm_start else Path(__file__).resolve().parents[1]).resolve()))
+    sys.path.insert(0, str(Path(args.code).resolve() if args.warm_start else ROOT))  # (a warm start: this code's)
 
     import gymnasium as gym
     import torch
